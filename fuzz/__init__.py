@@ -1,0 +1,1 @@
+"""Hypothesis strategies, the lockstep state machine, campaigns."""

@@ -1,0 +1,1 @@
+"""The loopcheck command line."""

@@ -1,0 +1,41 @@
+"""`loopcheck` entry point: parses arguments and dispatches to one command module.
+
+Exit codes shared by every command: 0 the check passed, 1 it found a problem
+(a liveness failure, a counterexample, a failed obligation), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from model.errors import WorkloadError
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+    from loopcheck import commands
+
+    parser = argparse.ArgumentParser(prog="loopcheck", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    handlers: dict[str, Command] = {}
+    for name, (register, handler) in commands.REGISTRY.items():
+        register(sub.add_parser(name, help=handler.__doc__.splitlines()[0]))
+        handlers[name] = handler
+    return parser, handlers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, handlers = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return handlers[args.command](args)
+    except WorkloadError as exc:
+        print(f"loopcheck {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

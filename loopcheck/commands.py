@@ -1,0 +1,9 @@
+"""The registry of subcommands: name -> (argument registration, handler)."""
+
+from __future__ import annotations
+
+from loopcheck import simulate_cmd
+
+REGISTRY = {
+    "simulate": (simulate_cmd.register, simulate_cmd.run),
+}

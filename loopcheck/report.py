@@ -1,0 +1,28 @@
+"""Plain-text tables and the run banner every command prints."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Sequence
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A left-aligned text table."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[k]) for r in cells) for k in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def reproduce_line(argv: Sequence[str]) -> str:
+    return "reproduce: loopcheck " + " ".join(shlex.quote(a) for a in argv)
+
+
+def banner(seed: int, argv: Sequence[str], stream=None) -> None:
+    """Print the seed and the one command that reproduces this run (to stderr when
+    stdout carries JSON)."""
+    out = stream or sys.stdout
+    print(f"seed: {seed}", file=out)
+    print(reproduce_line(argv), file=out)

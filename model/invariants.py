@@ -1,0 +1,64 @@
+"""Safety obligations checked on concrete model states and steps.
+
+Each check returns a list of human-readable violations; empty means it holds.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from model.config import Config
+from model.events import Event
+from model.state import FINISHED, RUNNING, SchedState
+from model.workload import Workload
+
+
+def state_violations(state: SchedState, cfg: Config) -> list[str]:
+    """KV conservation, reference counts and the slot bound on one state."""
+    out: list[str] = []
+    private = sum(p is None for r in state.reqs for p in r.pages)
+    total = state.free + cfg.planes * (private + len(state.cache))
+    if total != cfg.num_blocks or state.free < 0:
+        out.append(f"KV conservation: free {state.free} + held/cached blocks "
+                   f"{total - state.free} != num_blocks {cfg.num_blocks}")
+    holders = Counter(p for r in state.reqs for p in r.pages if p is not None)
+    for h, refs in state.cache:
+        if holders[h] != refs:
+            out.append(f"ref count of cached page {h:x}: {refs} != {holders[h]} holders")
+    if set(holders) - {h for h, _ in state.cache}:
+        out.append("a request holds a shared page that is not in the prefix cache")
+    running = sum(r.status == RUNNING for r in state.reqs)
+    if running > cfg.max_num_seqs:
+        out.append(f"running {running} > max_num_seqs {cfg.max_num_seqs}")
+    for i, r in enumerate(state.reqs):
+        if r.status != RUNNING and r.pages:
+            out.append(f"request #{i} is {r.status} but holds {len(r.pages)} pages")
+    if all(r.status == FINISHED for r in state.reqs):
+        held = state.blocks_held(cfg.num_blocks, cfg.planes)
+        if held:
+            out.append(f"{held} blocks held after drain")
+    return out
+
+
+def step_violations(before: SchedState, after: SchedState, events: list[Event],
+                    workload: Workload) -> list[str]:
+    """Token budget and frontier monotonicity across one step."""
+    cfg = workload.config
+    out: list[str] = []
+    tokens = 0
+    seen_rows: set[str] = set()
+    for e in events:
+        if e.kind == "prefill":
+            tokens += e.args[1] - e.args[0]
+        elif e.kind == "token" and e.rid not in seen_rows:
+            # a first token rides on its prefill row; a decode row costs one token
+            prefilled = any(x.kind == "prefill" and x.rid == e.rid for x in events)
+            tokens += 0 if prefilled else 1
+        seen_rows.add(e.rid)
+    if tokens > cfg.max_num_batched_tokens:
+        out.append(f"batch tokens {tokens} > max_num_batched_tokens {cfg.max_num_batched_tokens}")
+    rewound = {e.rid for e in events if e.kind == "preempt" and not e.args[1]}
+    for spec, r0, r1 in zip(workload.requests, before.reqs, after.reqs, strict=False):
+        if r1.frontier < r0.frontier and spec.rid not in rewound:
+            out.append(f"{spec.rid}: frontier went back from {r0.frontier} to {r1.frontier}")
+    return out

@@ -1,0 +1,397 @@
+"""The reference scheduler: `step(state, env) -> (state, events)`, a pure function.
+
+This is the executable form of docs/semantics.md; every rule there is written
+here once, readably. The engine's scheduler is an independent rendition.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Protocol
+
+from model.config import Config
+from model.events import Event, TokenOutcome
+from model.state import FINISHED, PENDING, PREEMPTED, RUNNING, WAITING, SchedState
+from model.workload import RequestSpec, Workload
+
+
+class Env(Protocol):
+    """What the world decides: the workload so far, aborts, and each token's outcome."""
+
+    workload: Workload
+
+    def aborts(self, step: int) -> frozenset[str]: ...
+
+    def outcome(self, rid: str, index: int) -> TokenOutcome: ...
+
+
+@lru_cache(maxsize=65536)
+def page_hash(prefix: tuple[int, ...]) -> int:
+    """Prefix-cache key of the page that ends a token prefix (content hash, stable)."""
+    digest = hashlib.blake2b(repr(prefix).encode(), digest_size=6).digest()
+    return int.from_bytes(digest, "big")
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def total_pages(spec: RequestSpec, cfg: Config) -> int:
+    """Pages a request needs for its whole life: prompt + max_tokens - 1 positions."""
+    return ceil_div(len(spec.prompt) + spec.max_tokens - 1, cfg.block_size)
+
+
+def never_fits(spec: RequestSpec, cfg: Config) -> bool:
+    return total_pages(spec, cfg) * cfg.planes > cfg.num_blocks
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An admission (fresh or resume) worked out against the current pool."""
+
+    hits: int            # leading prompt pages taken from the prefix cache
+    frontier: int        # frontier after admission
+    generated: int       # tokens kept (snapshot) or 0
+    end: int             # positions written once this step's work is done
+    tokens: int          # budget tokens the first work item costs
+    pages: int           # pages to hold after admission
+    restored: int        # positions restored from a CPU snapshot
+
+
+class _Step:
+    """Mutable working copy of one step; `run` returns the next frozen state."""
+
+    def __init__(self, state: SchedState, env: Env) -> None:
+        self.env = env
+        self.cfg = env.workload.config
+        self.specs = env.workload.requests
+        self.reqs = list(state.reqs)
+        self.free = state.free
+        self.cache = dict(state.cache)  # insertion order is eviction order
+        self.guard = set(state.guard)
+        self.t = state.step
+        self.events: list[Event] = []
+        self.batch: dict[int, tuple[str, int, int]] = {}  # i -> (kind, start, end)
+        self.budget = self.cfg.max_num_batched_tokens
+        self.stage: str | None = None
+        self.skipped: list[int] = []
+
+    # ----- pool -----------------------------------------------------------------
+    @property
+    def planes(self) -> int:
+        return self.cfg.planes
+
+    def free_count(self) -> int:
+        return self.free + self.planes * sum(1 for h in self.cache.values() if h == 0)
+
+    def emit(self, kind: str, i: int, *args: object) -> None:
+        self.events.append(Event(kind, self.specs[i].rid, tuple(args)))
+
+    def release(self, i: int) -> None:
+        """Drop every page request i holds; shared pages lose one holder."""
+        for page in self.reqs[i].pages:
+            if page is None:
+                self.free += self.planes
+            else:
+                self.cache[page] -= 1
+                if self.cache[page] == 0:  # becomes cache-only: move to eviction tail
+                    self.cache[page] = self.cache.pop(page)
+        self.reqs[i] = replace(self.reqs[i], pages=())
+
+    def take_private(self, n: int) -> None:
+        """Move n pages' blocks off the free queue, evicting cache-only pages first in
+        eviction order when the queue is short. Assumes free_count() suffices."""
+        need = n * self.planes
+        while self.free < need:
+            victim = next(h for h, holders in self.cache.items() if holders == 0)
+            del self.cache[victim]
+            self.free += self.planes
+        self.free -= need
+
+    # ----- request helpers --------------------------------------------------------
+    def running(self) -> list[int]:
+        return [i for i, r in enumerate(self.reqs) if r.status == RUNNING]
+
+    def prompt_len(self, i: int) -> int:
+        return len(self.specs[i].prompt)
+
+    def prompt_hash(self, i: int, k: int) -> int:
+        return page_hash(self.specs[i].prompt[: (k + 1) * self.cfg.block_size])
+
+    def hit_pages(self, i: int, pending_from: frozenset[int] = frozenset()) -> int:
+        """Leading prompt pages found in the prefix cache (or, for the guarded
+        estimate, held privately by a running request in `pending_from`), leaving at
+        least the last prompt position to compute."""
+        if not self.cfg.prefix_caching:
+            return 0
+        pending = {self.prompt_hash(j, k) for j in pending_from
+                   for k, p in enumerate(self.reqs[j].pages)
+                   if p is None and (k + 1) * self.cfg.block_size <= self.prompt_len(j)}
+        limit = (self.prompt_len(i) - 1) // self.cfg.block_size
+        hits = 0
+        while hits < limit:
+            h = self.prompt_hash(i, hits)
+            if h not in self.cache and h not in pending:
+                break
+            hits += 1
+        return hits
+
+    def plan(self, i: int, pending_from: frozenset[int] = frozenset()) -> Plan | None:
+        """Admission plan for waiting/preempted request i, or None when the token
+        budget cannot take its first work item."""
+        r, bs, spec = self.reqs[i], self.cfg.block_size, self.specs[i]
+        hits = self.hit_pages(i, pending_from)
+        P = len(spec.prompt)
+        frontier = max(r.frontier, hits * bs)
+        if frontier >= P:  # snapshot of a decoding request
+            tokens, end = 1, P + r.generated
+            written = P + r.generated - 1
+        else:
+            tokens = min(self.cfg.prefill_chunk_size, P - frontier, self.budget)
+            end = frontier + tokens
+            written = r.frontier
+        if tokens < 1 or tokens > self.budget:
+            return None
+        pages = total_pages(spec, self.cfg) if self.cfg.allocation == "upfront" else ceil_div(end, bs)
+        return Plan(hits, frontier, r.generated, end, tokens, pages,
+                    max(0, written - hits * bs))
+
+    def fits(self, i: int, plan: Plan, active: bool) -> bool:
+        """Slots, and blocks: free - cache-only pages the hits reuse - watermark
+        (while active) must cover the private pages."""
+        if len(self.running()) >= self.cfg.max_num_seqs:
+            return False
+        hit_cache_only = sum(1 for k in range(plan.hits)
+                             if self.cache.get(self.prompt_hash(i, k)) == 0)
+        available = self.free_count() - self.planes * hit_cache_only
+        if active:
+            available -= self.cfg.watermark_blocks
+        return available >= self.planes * (plan.pages - plan.hits)
+
+    def victims(self, eligible: callable) -> list[int]:  # type: ignore[valid-type]
+        """Running requests not in this step's batch passing `eligible`, least
+        urgent (largest priority key) first."""
+        cands = [j for j in self.running() if j not in self.batch and eligible(self.specs[j])]
+        return sorted(cands, key=lambda j: self.specs[j].key, reverse=True)
+
+    def preempt(self, v: int, by: int) -> None:
+        r = self.reqs[v]
+        if r.chunk_end > r.frontier:
+            self.emit("rewind", v, r.frontier)
+            r = replace(r, chunk_end=r.frontier, chunk_depth=0)
+        self.reqs[v] = r
+        self.release(v)
+        if self.cfg.snapshots:
+            self.reqs[v] = replace(self.reqs[v], status=PREEMPTED)
+        else:
+            self.reqs[v] = replace(self.reqs[v], status=PREEMPTED, frontier=0, chunk_end=0,
+                                   generated=0)
+        self.emit("preempt", v, self.specs[by].rid, self.cfg.snapshots)
+
+    def finish(self, i: int, reason: str) -> None:
+        self.release(i)
+        self.reqs[i] = replace(self.reqs[i], status=FINISHED, finish=reason,
+                               chunk_end=self.reqs[i].frontier, chunk_depth=0)
+        self.emit("finish", i, reason)
+
+    # ----- phases -----------------------------------------------------------------
+    def arrivals_and_aborts(self) -> None:
+        for i, spec in enumerate(self.specs):
+            if self.reqs[i].status == PENDING and spec.arrival <= self.t:
+                self.emit("arrive", i)
+                if never_fits(spec, self.cfg):
+                    need = total_pages(spec, self.cfg) * self.planes
+                    self.emit("reject", i, f"needs {need} blocks, pool has {self.cfg.num_blocks}")
+                    self.reqs[i] = replace(self.reqs[i], status=FINISHED, finish="rejected")
+                    self.emit("finish", i, "rejected")
+                else:
+                    self.reqs[i] = replace(self.reqs[i], status=WAITING)
+        aborts = self.env.aborts(self.t)
+        for i, spec in enumerate(self.specs):
+            if spec.rid in aborts and self.reqs[i].status != FINISHED:
+                self.emit("abort", i)
+                self.finish(i, "abort")
+
+    def work_of(self, i: int) -> tuple[str, int, int]:
+        """Next work item of running request i: (kind, start, end)."""
+        r, P = self.reqs[i], self.prompt_len(i)
+        if r.chunk_end > r.frontier:
+            return ("prefill", r.frontier, r.chunk_end)
+        if r.frontier < P:
+            n = min(self.cfg.prefill_chunk_size, P - r.frontier, self.budget)
+            return ("prefill", r.frontier, r.frontier + n)
+        return ("decode", P + r.generated - 1, P + r.generated)
+
+    def stage_allows(self, kind: str) -> bool:
+        return self.cfg.execution == "mixed" or self.stage in (None, kind)
+
+    def put_in_batch(self, i: int, work: tuple[str, int, int]) -> None:
+        self.batch[i] = work
+        self.budget -= 1 if work[0] == "decode" else work[2] - work[1]
+        self.stage = self.stage or work[0]
+
+    def schedule_running(self, i: int) -> None:
+        kind, start, end = self.work_of(i)
+        tokens = 1 if kind == "decode" else end - start
+        if tokens < 1 or tokens > self.budget or not self.stage_allows(kind):
+            return
+        grow = ceil_div(end, self.cfg.block_size) - len(self.reqs[i].pages)
+        need = self.planes * max(0, grow)
+        while self.free_count() < need:  # growth may use the watermark
+            less_urgent = self.victims(lambda s: s.key > self.specs[i].key)
+            if not less_urgent:
+                self.preempt(i, by=i)
+                return
+            self.preempt(less_urgent[0], by=i)
+        if grow > 0:
+            self.take_private(grow)
+            self.reqs[i] = replace(self.reqs[i], pages=self.reqs[i].pages + (None,) * grow)
+        self.put_in_batch(i, (kind, start, end))
+
+    def bypass_blocked(self) -> bool:
+        return any(self.reqs[j].bypasses >= self.cfg.max_bypasses for j in self.skipped)
+
+    def choose_victim(self, i: int, active: bool) -> int | None:
+        """Priority preemption for waiting request i: None means do not preempt."""
+        urgency = self.specs[i].priority
+        cands = self.victims(lambda s: s.priority > urgency)
+        if self.cfg.preemption_policy == "unguarded":
+            return cands[0] if cands else None
+        if (i, self.free_count()) in self.guard:
+            return None
+        running = frozenset(self.running())
+        for v in cands:
+            if self.preflight(i, v, running - {v}, active):
+                return v
+        return None
+
+    def preflight(self, i: int, v: int, others: frozenset[int], active: bool) -> bool:
+        """Guarded check: would i fit once v is preempted, counting prefix pages that
+        other running requests are still prefilling as hits (optimistic)?"""
+        saved = (list(self.reqs), self.free, dict(self.cache))
+        self.reqs[v] = replace(self.reqs[v], status=PREEMPTED)
+        self.release(v)
+        plan = self.plan(i, pending_from=others)
+        ok = plan is not None and self.fits(i, plan, active)
+        self.reqs, self.free, self.cache = saved
+        return ok
+
+    def schedule_waiting(self, i: int, active: bool) -> None:
+        fresh = self.reqs[i].status == WAITING
+        plan = self.plan(i)
+        if (plan is None or not self.stage_allows(self.kind_of(i, plan))
+                or (fresh and self.bypass_blocked())):
+            self.skipped.append(i)
+            return
+        admitted = self.fits(i, plan, active)
+        if not admitted and self.cfg.priority_preemption:
+            budget = self.free_count()
+            victim = self.choose_victim(i, active)
+            if victim is not None:
+                self.preempt(victim, by=i)
+                plan = self.plan(i)
+                admitted = plan is not None and self.fits(i, plan, active)
+                if not admitted and self.cfg.preemption_policy == "guarded":
+                    self.guard.add((i, budget))
+        if not admitted:
+            self.skipped.append(i)
+            return
+        assert plan is not None
+        self.admit(i, plan, fresh)
+
+    def admit(self, i: int, plan: Plan, fresh: bool) -> None:
+        hashes = []
+        for k in range(plan.hits):
+            h = self.prompt_hash(i, k)
+            self.cache[h] += 1
+            hashes.append(h)
+        self.take_private(plan.pages - plan.hits)
+        r = self.reqs[i]
+        self.reqs[i] = replace(r, status=RUNNING, frontier=plan.frontier,
+                               chunk_end=plan.frontier, chunk_depth=0,
+                               pages=tuple(hashes) + (None,) * (plan.pages - plan.hits),
+                               bypasses=0)
+        self.guard = {g for g in self.guard if g[0] != i}
+        if fresh:
+            self.emit("admit", i, plan.hits)
+            for j in self.skipped:
+                self.reqs[j] = replace(self.reqs[j], bypasses=self.reqs[j].bypasses + 1)
+        else:
+            self.emit("resume", i, plan.hits, plan.restored)
+        kind = self.kind_of(i, plan)
+        start = plan.end - 1 if kind == "decode" else plan.frontier
+        self.put_in_batch(i, (kind, start, plan.end))
+
+    def kind_of(self, i: int, plan: Plan) -> str:
+        return "decode" if plan.frontier >= self.prompt_len(i) else "prefill"
+
+    def schedule(self) -> None:
+        active = bool(self.running())
+        order = sorted((i for i, r in enumerate(self.reqs)
+                        if r.status in (WAITING, RUNNING, PREEMPTED)),
+                       key=lambda i: self.specs[i].key)
+        for i in order:
+            status = self.reqs[i].status
+            if status == RUNNING:
+                self.schedule_running(i)
+            elif status in (WAITING, PREEMPTED):
+                self.schedule_waiting(i, active)
+
+    def execute(self) -> None:
+        L, P_of = self.cfg.num_loops, self.prompt_len
+        for i in sorted(self.batch, key=lambda j: self.specs[j].key):
+            kind, start, end = self.batch[i]
+            r, spec = self.reqs[i], self.specs[i]
+            if kind == "prefill":
+                depth = r.chunk_depth + 1 if self.cfg.wcpb else L
+                self.emit("prefill", i, start, end, depth)
+                if depth == L:
+                    r = replace(r, frontier=end, chunk_end=end, chunk_depth=0)
+                else:
+                    r = replace(r, chunk_end=end, chunk_depth=depth)
+                self.reqs[i] = r
+                if not (depth == L and end == P_of(i)):
+                    self.publish(i)
+                    continue
+            outcome = self.env.outcome(spec.rid, r.generated)
+            depth = L if r.generated == 0 else outcome.exit_depth
+            self.emit("token", i, r.generated, outcome.token_id, depth)
+            self.reqs[i] = replace(r, generated=r.generated + 1)
+            self.publish(i)
+            if spec.stop_token is not None and outcome.token_id == spec.stop_token:
+                self.finish(i, "stop")
+            elif r.generated + 1 >= spec.max_tokens:
+                self.finish(i, "length")
+
+    def publish(self, i: int) -> None:
+        """Full prompt pages below the frontier enter the prefix cache."""
+        if not self.cfg.prefix_caching:
+            return
+        r, bs = self.reqs[i], self.cfg.block_size
+        pages = list(r.pages)
+        for k, page in enumerate(pages):
+            if page is None and (k + 1) * bs <= min(r.frontier, self.prompt_len(i)):
+                h = self.prompt_hash(i, k)
+                if h not in self.cache:
+                    self.cache[h] = 1  # the private page's blocks now back the entry
+                    pages[k] = h
+                    self.emit("publish", i, k)
+        self.reqs[i] = replace(r, pages=tuple(pages))
+
+    def run(self) -> tuple[SchedState, list[Event]]:
+        self.arrivals_and_aborts()
+        self.schedule()
+        self.execute()
+        state = SchedState(self.t + 1, tuple(self.reqs), self.free,
+                           tuple(self.cache.items()), frozenset(self.guard))
+        return state, self.events
+
+
+def step(state: SchedState, env: Env) -> tuple[SchedState, list[Event]]:
+    """One scheduler step: arrivals, aborts, schedule, execute, update.
+
+    Pure: `state` is not changed; the same state and env give the same result.
+    """
+    return _Step(state, env).run()

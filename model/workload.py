@@ -1,0 +1,176 @@
+"""Requests and workloads, with JSON load/save under schema `loopcheck/workload@1`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from model.config import Config
+from model.errors import WorkloadError
+
+SCHEMA = "loopcheck/workload@1"
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request as submitted.
+
+    Priority: lower number is more urgent; ties by arrival, then id.
+    `abort_at` aborts the request at the start of that step. `script_tokens` and
+    `script_exit_depths` only drive the reference model's environment (the
+    engine's LM decides for itself); both are cycled when shorter than needed.
+    """
+
+    rid: str
+    prompt: tuple[int, ...]
+    max_tokens: int
+    arrival: int = 0
+    priority: int = 0
+    stop_token: int | None = None
+    abort_at: int | None = None
+    script_tokens: tuple[int, ...] = ()
+    script_exit_depths: tuple[int, ...] = ()
+
+    @property
+    def key(self) -> tuple[int, int, str]:
+        """Priority order: smaller key is more urgent."""
+        return (self.priority, self.arrival, self.rid)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.rid, "prompt": list(self.prompt),
+                               "max_tokens": self.max_tokens, "arrival": self.arrival,
+                               "priority": self.priority}
+        if self.stop_token is not None:
+            out["stop_token"] = self.stop_token
+        if self.abort_at is not None:
+            out["abort_at"] = self.abort_at
+        if self.script_tokens:
+            out["script_tokens"] = list(self.script_tokens)
+        if self.script_exit_depths:
+            out["script_exit_depths"] = list(self.script_exit_depths)
+        return out
+
+
+_REQUEST_KEYS = {"id", "prompt", "max_tokens", "arrival", "priority", "stop_token",
+                 "abort_at", "script_tokens", "script_exit_depths"}
+
+
+def _int(where: str, value: Any, minimum: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise WorkloadError(f"{where}: must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise WorkloadError(f"{where}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _int_list(where: str, value: Any, low: int, high: int) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise WorkloadError(f"{where}: must be a list of integers")
+    out = tuple(_int(f"{where}[{i}]", v, low) for i, v in enumerate(value))
+    for i, v in enumerate(out):
+        if v > high:
+            raise WorkloadError(f"{where}[{i}]: must be <= {high}, got {v}")
+    return out
+
+
+def request_from_json(data: Any, index: int, config: Config) -> RequestSpec:
+    """Validate one request object; raise WorkloadError naming the field."""
+    where = f"requests[{index}]"
+    if not isinstance(data, dict):
+        raise WorkloadError(f"{where}: must be a JSON object")
+    for key in data:
+        if key not in _REQUEST_KEYS:
+            raise WorkloadError(f"{where}.{key}: unknown request key")
+    for key in ("id", "prompt", "max_tokens"):
+        if key not in data:
+            raise WorkloadError(f"{where}.{key}: missing")
+    rid = data["id"]
+    if not isinstance(rid, str) or not rid:
+        raise WorkloadError(f"{where}.id: must be a non-empty string")
+    prompt = _int_list(f"{where}.prompt", data["prompt"], 0, config.vocab_size - 1)
+    if not prompt:
+        raise WorkloadError(f"{where}.prompt: must not be empty")
+    stop = data.get("stop_token")
+    abort_at = data.get("abort_at")
+    return RequestSpec(
+        rid=rid,
+        prompt=prompt,
+        max_tokens=_int(f"{where}.max_tokens", data["max_tokens"], 1),
+        arrival=_int(f"{where}.arrival", data.get("arrival", 0), 0),
+        priority=_int(f"{where}.priority", data.get("priority", 0)),
+        stop_token=None if stop is None else _int(f"{where}.stop_token", stop, 0),
+        abort_at=None if abort_at is None else _int(f"{where}.abort_at", abort_at, 0),
+        script_tokens=_int_list(f"{where}.script_tokens", data.get("script_tokens", []),
+                                0, config.vocab_size - 1),
+        script_exit_depths=_int_list(f"{where}.script_exit_depths",
+                                     data.get("script_exit_depths", []),
+                                     config.min_loops, config.num_loops),
+    )
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A config plus requests; `extra` carries counterexample fields verbatim."""
+
+    config: Config
+    requests: tuple[RequestSpec, ...]
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for i, req in enumerate(self.requests):
+            if req.rid in seen:
+                raise WorkloadError(f"requests[{i}].id: duplicate request id {req.rid!r}")
+            seen.add(req.rid)
+
+    def by_id(self, rid: str) -> RequestSpec:
+        for req in self.requests:
+            if req.rid == rid:
+                return req
+        raise KeyError(rid)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"schema": SCHEMA, "config": self.config.to_json(),
+               "requests": [r.to_json() for r in self.requests]}
+        out.update(self.extra)
+        return out
+
+    def with_config(self, **changes: Any) -> Workload:
+        data = self.config.to_json()
+        data.update(changes)
+        return Workload(Config(**data), self.requests, dict(self.extra))
+
+
+def workload_from_json(data: Any) -> Workload:
+    """Validate a parsed JSON document; raise WorkloadError naming the field."""
+    if not isinstance(data, dict):
+        raise WorkloadError("document: must be a JSON object")
+    if data.get("schema") != SCHEMA:
+        raise WorkloadError(f"schema: expected {SCHEMA!r}, got {data.get('schema')!r}")
+    if "config" not in data:
+        raise WorkloadError("config: missing")
+    if not isinstance(data.get("requests"), list):
+        raise WorkloadError("requests: must be a list")
+    config = Config.from_json(data["config"])
+    requests = tuple(request_from_json(r, i, config) for i, r in enumerate(data["requests"]))
+    extra = {k: v for k, v in data.items() if k not in ("schema", "config", "requests")}
+    return Workload(config, requests, extra)
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Read and validate a workload or counterexample file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read file ({exc.strerror})") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    return workload_from_json(data)
+
+
+def save_workload(workload: Workload, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(workload.to_json(), indent=1) + "\n")

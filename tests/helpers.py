@@ -1,0 +1,37 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model.config import Config
+from model.events import Event
+from model.reference import step
+from model.simulate import WorkloadEnv
+from model.state import SchedState, initial_state
+from model.workload import RequestSpec, Workload
+
+
+def req(rid: str, prompt_len: int, max_tokens: int, arrival: int = 0, priority: int = 0,
+        base: int = 1, **kw: Any) -> RequestSpec:
+    return RequestSpec(rid, tuple((base + k) % 64 for k in range(prompt_len)), max_tokens,
+                       arrival, priority, **kw)
+
+
+def workload(*reqs: RequestSpec, **cfg: Any) -> Workload:
+    return Workload(Config(**cfg), tuple(reqs))
+
+
+def run_steps(w: Workload, n: int) -> tuple[SchedState, list[list[Event]]]:
+    """Run n model steps; return the last state and each step's events."""
+    env = WorkloadEnv(w)
+    state = initial_state(w.config.num_blocks, len(w.requests))
+    trace = []
+    for _ in range(n):
+        state, events = step(state, env)
+        trace.append(events)
+    return state, trace
+
+
+def kinds(events: list[Event]) -> list[str]:
+    return [str(e) for e in events]

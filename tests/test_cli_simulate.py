@@ -1,0 +1,47 @@
+"""`loopcheck simulate`: exit codes, JSON shape, banner, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from loopcheck.cli import main
+
+EXAMPLE = str(Path(__file__).parent.parent / "examples" / "livelock.json")
+
+
+def test_livelock_exits_1_and_guarded_exits_0(capsys) -> None:
+    assert main(["simulate", EXAMPLE]) == 1
+    out = capsys.readouterr().out
+    assert "NOT drained after 500 steps" in out and "reproduce: loopcheck simulate" in out
+    assert main(["simulate", EXAMPLE, "--policy", "guarded", "--json"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    for key in ("finished", "total", "steps", "preemptions", "resumptions", "kv_blocks_held",
+                "drained", "requests"):
+        assert key in data
+    assert data["drained"] and data["finished"] == data["total"] == 10
+    assert set(data["requests"]["r0"]) == {"token_ids", "exit_depths", "finish_reason"}
+    assert "seed: 0" in captured.err
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys) -> None:
+    bad = tmp_path / "w.json"
+    bad.write_text(json.dumps({"schema": "loopcheck/workload@1", "config": {"num_blocks": -3},
+                               "requests": []}))
+    assert main(["simulate", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["loopcheck simulate: error: config.num_blocks: must be a positive integer, got -3"]
+    assert main(["simulate", str(tmp_path / "nope.json")]) == 2
+    assert main(["simulate", EXAMPLE, "--max-steps", "0"]) == 2
+
+
+def test_oversized_request_is_rejected_not_hung(tmp_path, capsys) -> None:
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"schema": "loopcheck/workload@1", "config": {},
+                                "requests": [{"id": "big", "prompt": [1] * 30, "max_tokens": 20},
+                                             {"id": "ok", "prompt": [1], "max_tokens": 2}]}))
+    assert main(["simulate", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["requests"]["big"]["finish_reason"] == "rejected"
+    assert data["requests"]["ok"]["finish_reason"] == "length"
