@@ -1,15 +1,22 @@
-"""Steps per second of the reference model (and, with --engine, the torch engine)
-on the shipped livelock example, measured in one run so the ratio is meaningful.
+"""Steps per second of the reference model and the torch engine on the shipped
+livelock example, measured in one run so their ratio is meaningful, and the
+engine's time split (attention, linear, scheduler, rest).
 
-Usage: python -m benchmarks.steps [--steps N] [--engine]
+Usage: python -m benchmarks.steps [--steps N]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import engine.runner
+from engine.llm_engine import LLMEngine
+from engine.simulate import drive
 from loopcheck.report import table
 from model.simulate import simulate_model
 from model.workload import Workload, load_workload
@@ -17,25 +24,62 @@ from model.workload import Workload, load_workload
 EXAMPLE = Path(__file__).parent.parent / "examples" / "livelock.json"
 
 
-def timed(fn, *args) -> tuple[float, object]:
+def timed_wrapper(fn: Callable[..., Any], bucket: str, totals: dict[str, float]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            totals[bucket] += time.perf_counter() - start
+    return wrapper
+
+
+def engine_run(w: Workload, steps: int, totals: dict[str, float] | None) -> tuple[float, int]:
+    """Run the engine for up to `steps` steps; with `totals`, time its parts."""
+    eng = LLMEngine(w.config)
+    original_attention = engine.runner.paged_attention
+    if totals is not None:
+        eng.lm.linear = timed_wrapper(eng.lm.linear, "linear", totals)
+        engine.runner.paged_attention = timed_wrapper(original_attention, "attention", totals)
+        for name in ("admit_arrivals", "schedule", "complete"):
+            setattr(eng.scheduler, name, timed_wrapper(getattr(eng.scheduler, name), "scheduler", totals))
     start = time.perf_counter()
-    result = fn(*args)
-    return time.perf_counter() - start, result
-
-
-def model_row(w: Workload, policy: str, steps: int) -> list[object]:
-    seconds, res = timed(simulate_model, w.with_config(preemption_policy=policy), steps)
-    return ["model", policy, res.counters.steps, f"{seconds:.3f}",
-            f"{res.counters.steps / seconds:,.0f}"]
+    try:
+        while eng.step_count < steps:
+            drive(eng, w)
+            if eng.step_count > max(r.arrival for r in w.requests) and not eng.has_unfinished():
+                break
+    finally:
+        engine.runner.paged_attention = original_attention
+    return time.perf_counter() - start, eng.step_count
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=500)
     args = parser.parse_args()
-    w = load_workload(EXAMPLE)
-    rows = [model_row(w, policy, args.steps) for policy in ("unguarded", "guarded")]
-    print(table(["engine", "policy", "steps", "seconds", "steps/s"], rows))
+    base = load_workload(EXAMPLE)
+    rows = []
+    split_rows = []
+    for policy in ("unguarded", "guarded"):
+        w = base.with_config(preemption_policy=policy)
+        start = time.perf_counter()
+        model = simulate_model(w, args.steps)
+        model_s = time.perf_counter() - start
+        engine_s, engine_steps = engine_run(w, args.steps, None)
+        rows.append([policy, model.counters.steps, f"{model.counters.steps / model_s:,.0f}",
+                     engine_steps, f"{engine_steps / engine_s:,.0f}", f"{engine_s:.2f}",
+                     f"{(engine_s / engine_steps) / (model_s / model.counters.steps):.0f}x"])
+        totals: dict[str, float] = defaultdict(float)
+        total_s, _ = engine_run(w, args.steps, totals)
+        rest = total_s - sum(totals.values())
+        split_rows.append([policy] + [f"{100 * totals[k] / total_s:.0f}%"
+                                      for k in ("attention", "linear", "scheduler")]
+                          + [f"{100 * rest / total_s:.0f}%"])
+    print(table(["policy", "model steps", "model steps/s", "engine steps", "engine steps/s",
+                 "engine s", "engine/model per step"], rows))
+    print()
+    print(table(["policy", "attention", "linear", "scheduler", "rest (runner, KV, glue)"], split_rows))
 
 
 if __name__ == "__main__":

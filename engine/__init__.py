@@ -1,1 +1,1 @@
-
+"""The real torch engine: looped LM, depth-aware paged KV cache, its own scheduler."""

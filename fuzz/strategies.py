@@ -53,12 +53,12 @@ def requests(draw: st.DrawFn, rid: str, max_arrival: int = 6,
         st.booleans()) else ()
     tail = tuple(draw(st.lists(st.integers(0, VOCAB - 1), min_size=0 if head else 1,
                                max_size=6)))
+    arrival = draw(st.integers(0, max_arrival))
     return RequestSpec(
         rid=rid, prompt=head + tail, max_tokens=draw(st.integers(1, 5)),
-        arrival=draw(st.integers(0, max_arrival)), priority=draw(st.integers(0, 3)),
+        arrival=arrival, priority=draw(st.integers(0, 3)),
         stop_token=draw(st.none() | st.integers(0, 4)),
-        abort_at=draw(st.none() | st.integers(0, 12)),
-        script_exit_depths=tuple(draw(st.lists(st.integers(1, 1), max_size=0))),
+        abort_at=draw(st.none() | st.integers(arrival, arrival + 12)),
     )
 
 

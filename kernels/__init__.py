@@ -1,1 +1,1 @@
-
+"""Torch kernels: batch-invariant linear, paged attention, KV write / gather / scatter."""

@@ -209,8 +209,9 @@ class _Step:
                 else:
                     self.reqs[i] = replace(self.reqs[i], status=WAITING)
         aborts = self.env.aborts(self.t)
-        for i, spec in enumerate(self.specs):
-            if spec.rid in aborts and self.reqs[i].status != FINISHED:
+        for i in sorted(range(len(self.specs)), key=lambda j: (self.specs[j].arrival, j)):
+            spec = self.specs[i]
+            if spec.rid in aborts and self.reqs[i].status not in (PENDING, FINISHED):
                 self.emit("abort", i)
                 self.finish(i, "abort")
 

@@ -87,6 +87,7 @@ class SimResult:
     kv_blocks_held: int
     drained: bool
     trace: list[list[Event]] = field(default_factory=list)
+    fingerprints: dict[str, str] = field(default_factory=dict)  # engine runs only
 
     @property
     def finished(self) -> int:
@@ -101,6 +102,8 @@ class SimResult:
             "kv_blocks_held": self.kv_blocks_held, "drained": self.drained,
             "requests": {rid: o.to_json() for rid, o in self.outputs.items()},
         }
+        for rid, fp in self.fingerprints.items():
+            out["requests"][rid]["logits_sha256"] = fp
         if with_trace:
             out["trace"] = [[e.to_json() for e in evs] for evs in self.trace]
         return out

@@ -94,14 +94,17 @@ def request_from_json(data: Any, index: int, config: Config) -> RequestSpec:
         raise WorkloadError(f"{where}.prompt: must not be empty")
     stop = data.get("stop_token")
     abort_at = data.get("abort_at")
+    arrival = _int(f"{where}.arrival", data.get("arrival", 0), 0)
+    if abort_at is not None and _int(f"{where}.abort_at", abort_at, 0) < arrival:
+        raise WorkloadError(f"{where}.abort_at: must be >= arrival ({arrival}), got {abort_at}")
     return RequestSpec(
         rid=rid,
         prompt=prompt,
         max_tokens=_int(f"{where}.max_tokens", data["max_tokens"], 1),
-        arrival=_int(f"{where}.arrival", data.get("arrival", 0), 0),
+        arrival=arrival,
         priority=_int(f"{where}.priority", data.get("priority", 0)),
         stop_token=None if stop is None else _int(f"{where}.stop_token", stop, 0),
-        abort_at=None if abort_at is None else _int(f"{where}.abort_at", abort_at, 0),
+        abort_at=abort_at,
         script_tokens=_int_list(f"{where}.script_tokens", data.get("script_tokens", []),
                                 0, config.vocab_size - 1),
         script_exit_depths=_int_list(f"{where}.script_exit_depths",
