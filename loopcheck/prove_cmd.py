@@ -1,0 +1,90 @@
+"""`loopcheck prove`: discharge the z3 obligations and write counterexamples."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+from loopcheck.report import banner, table
+from model.config import Config
+from model.workload import load_workload, save_workload
+from proofs.obligations import run_all
+from proofs.result import ProofResult
+
+DEFAULT_CONFIG = Path(__file__).parent.parent / "examples" / "livelock.json"
+
+
+def register(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--requests", type=int, default=3, help="K: requests in the encodings (1..6)")
+    p.add_argument("--steps", type=int, default=6, help="k: unrolled steps for BMC (1..16)")
+    p.add_argument("--config", help="workload file whose config the BMC uses "
+                                    "(default: the regression config)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    p.add_argument("--out", metavar="DIR", help="write counterexample files here")
+
+
+def argv_of(args: argparse.Namespace) -> list[str]:
+    out = ["prove", "--requests", str(args.requests), "--steps", str(args.steps)]
+    if args.config:
+        out += ["--config", args.config]
+    if args.out:
+        out += ["--out", args.out]
+    return out
+
+
+def base_config(args: argparse.Namespace) -> Config:
+    return load_workload(args.config or DEFAULT_CONFIG).config
+
+
+def write_junit(results: list[ProofResult], path: str) -> None:
+    suite = ET.Element("testsuite", name="loopcheck prove", tests=str(len(results)),
+                       failures=str(sum(not r.as_expected for r in results)))
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname=f"prove.{r.policy}", name=r.name,
+                             time=f"{r.seconds:.3f}")
+        if not r.as_expected:
+            ET.SubElement(case, "failure", message=f"{r.status}, expected {r.expected}").text = r.detail
+    ET.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
+
+
+def prove(args: argparse.Namespace, quiet: bool = False) -> tuple[list[ProofResult], list[str]]:
+    """Run every obligation; write counterexamples to --out. Returns the results
+    and the files written."""
+    def progress(label: str) -> None:
+        if not quiet:
+            print(f"  proving {label} ...", file=sys.stderr, flush=True)
+
+    pairs = run_all(base_config(args), args.requests, args.steps, progress)
+    written = []
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        for result, workload in pairs:
+            if workload is not None:
+                path = Path(args.out) / f"{result.name}-{result.policy}.json"
+                save_workload(workload, path)
+                written.append(str(path))
+    return [r for r, _ in pairs], written
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prove the admission/preemption rules with z3 (and find the unguarded livelock)."""
+    if not 1 <= args.requests <= 6 or not 1 <= args.steps <= 16:
+        print("loopcheck prove: error: --requests must be 1..6 and --steps 1..16", file=sys.stderr)
+        return 2
+    banner(0, argv_of(args), sys.stderr if args.json else None)
+    results, written = prove(args, quiet=args.json)
+    if args.junit:
+        write_junit(results, args.junit)
+    if args.json:
+        print(json.dumps([r.to_json() for r in results]))
+    else:
+        rows = [[r.name, r.policy, r.status, r.expected, "ok" if r.as_expected else "FAIL",
+                 f"{r.seconds:.2f}", r.detail] for r in results]
+        print(table(["obligation", "policy", "result", "expected", "", "seconds", "detail"], rows))
+        for path in written:
+            print(f"counterexample written: {path} (replay: loopcheck replay {path})")
+    return 0 if all(r.as_expected for r in results) else 1

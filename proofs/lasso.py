@@ -1,0 +1,114 @@
+"""Livelock search: unroll `sym_step` k times and ask for a lasso, a state that
+repeats after every request has arrived while some request is unfinished. A
+found lasso becomes a `loopcheck/workload@1` counterexample file."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import z3
+
+from model.config import Config
+from model.reference import step
+from model.simulate import WorkloadEnv, simulate_model
+from model.state import initial_state
+from model.workload import RequestSpec, Workload
+from proofs.bmc import FINISHED, SymWorkload, initial, supported, sym_step
+from proofs.result import COUNTEREXAMPLE, PROVED, UNKNOWN, ProofResult
+
+LIMITS = dict(prompt=(1, 10), max_tokens=(1, 6), priority=(0, 3), arrival=(0, 4))
+
+
+def symbolic_workload(K: int) -> tuple[SymWorkload, list[z3.BoolRef]]:
+    w = SymWorkload(prompt=tuple(z3.Int(f"prompt{i}") for i in range(K)),
+                    max_tokens=tuple(z3.Int(f"max_tokens{i}") for i in range(K)),
+                    priority=tuple(z3.Int(f"priority{i}") for i in range(K)),
+                    arrival=tuple(z3.Int(f"arrival{i}") for i in range(K)),
+                    watermark=z3.Int("watermark"))
+    facts = []
+    for name, (lo, hi) in LIMITS.items():
+        facts += [z3.And(x >= lo, x <= hi) for x in getattr(w, name)]
+    for i in range(K - 1):  # index order is priority-key order
+        facts.append(z3.Or(w.priority[i] < w.priority[i + 1],
+                           z3.And(w.priority[i] == w.priority[i + 1], w.arrival[i] <= w.arrival[i + 1])))
+    return w, facts
+
+
+def lasso_search(base: Config, policy: str, K: int, k: int,
+                 timeout_ms: int = 120_000) -> tuple[ProofResult, Workload | None]:
+    """Search lassos of length <= k within k steps, K requests, the base config
+    with `policy` and a free watermark. Unguarded is expected to have one;
+    guarded is expected to have none (a bounded proof)."""
+    cfg = Config(**{**base.to_json(), "preemption_policy": policy})
+    name = "livelock-search" if policy == "unguarded" else f"no-lasso@{k}"
+    expected = COUNTEREXAMPLE if policy == "unguarded" else PROVED
+    why = supported(cfg)
+    if why:
+        return ProofResult(name, policy, UNKNOWN, 0.0, expected, detail=f"outside the BMC class: {why}"), None
+    w, facts = symbolic_workload(K)
+    facts += [w.watermark >= 0, w.watermark <= cfg.num_blocks // 2]
+    states = [initial(K, cfg)]
+    for t in range(k):
+        states.append(sym_step(states[-1], t, w, cfg))
+    lassos = []
+    for t0 in range(k):
+        arrived = z3.And([a <= t0 for a in w.arrival])
+        unfinished = z3.Or([x != FINISHED for x in states[t0].status])
+        for t1 in range(t0 + 1, k + 1):
+            same = z3.And([a == b for a, b in zip(states[t0].fields(), states[t1].fields(), strict=True)])
+            lassos.append(z3.And(arrived, unfinished, same))
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    solver.add(*facts)
+    solver.add(z3.Or(lassos))
+    start = time.perf_counter()
+    answer = solver.check()
+    seconds = time.perf_counter() - start
+    if answer == z3.unsat:
+        return ProofResult(name, policy, PROVED, seconds, expected,
+                           detail=f"no lasso within {k} steps for {K} requests"), None
+    if answer != z3.sat:
+        return ProofResult(name, policy, UNKNOWN, seconds, expected,
+                           detail=f"solver: {solver.reason_unknown()}"), None
+    model = solver.model()
+    workload = extract(model, w, cfg)
+    cycle = find_cycle(workload, k)
+    if cycle is None:
+        return ProofResult(name, policy, UNKNOWN, seconds, expected,
+                           detail="the encoding's lasso does not repeat on model/: encoding drift"), None
+    replay = simulate_model(workload, cycle["start"] + cycle["length"] + 1, keep_trace=True)
+    workload.extra.update({"property": "livelock", "source": f"loopcheck prove --requests {K} --steps {k}",
+                           "cycle": cycle,
+                           "trace": [[e.to_json() for e in evs] for evs in replay.trace]})
+    detail = (f"lasso: {len(workload.requests)} requests, watermark {workload.config.watermark_blocks}, "
+              f"cycle from step {cycle['start']} of length {cycle['length']}")
+    return ProofResult(name, policy, COUNTEREXAMPLE, seconds, expected, detail=detail,
+                       counterexample=workload.to_json()), workload
+
+
+def extract(model: z3.ModelRef, w: SymWorkload, cfg: Config) -> Workload:
+    def val(x: z3.ArithRef) -> int:
+        return model.eval(x, model_completion=True).as_long()
+
+    reqs = tuple(RequestSpec(rid=f"r{i}", prompt=tuple((7 * i + j + 1) % 64 for j in range(val(w.prompt[i]))),
+                             max_tokens=val(w.max_tokens[i]), arrival=val(w.arrival[i]),
+                             priority=val(w.priority[i])) for i in range(w.K))
+    return Workload(replace(cfg, watermark_blocks=val(w.watermark)), reqs, {})
+
+
+def find_cycle(workload: Workload, k: int) -> dict[str, int] | None:
+    """Where the reference model's state first repeats after the last arrival when
+    replaying the workload, or None if it does not within k + 1 steps."""
+    env = WorkloadEnv(workload)
+    state = initial_state(workload.config.num_blocks, len(workload.requests))
+    last_arrival = max(r.arrival for r in workload.requests)
+    seen: dict[object, int] = {}
+    for t in range(k + 2):
+        key = (state.reqs, state.free, state.cache, state.guard)
+        if t > last_arrival:
+            if key in seen:
+                return {"start": seen[key], "length": t - seen[key]}
+            seen[key] = t
+        state, _ = step(state, env)
+    return None

@@ -1,0 +1,55 @@
+"""Outcome of one obligation, and the solver call that produces it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+
+PROVED, COUNTEREXAMPLE, UNKNOWN = "proved", "counterexample", "unknown"
+
+
+@dataclass
+class ProofResult:
+    name: str
+    policy: str
+    status: str
+    seconds: float
+    expected: str
+    detail: str = ""
+    counterexample: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def as_expected(self) -> bool:
+        return self.status == self.expected
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "policy": self.policy, "status": self.status,
+                "expected": self.expected, "seconds": round(self.seconds, 3),
+                "detail": self.detail}
+
+
+def check_claim(name: str, policy: str, expected: str, assumptions: list[z3.BoolRef],
+                claim: z3.BoolRef, timeout_ms: int = 60_000) -> tuple[ProofResult, z3.ModelRef | None]:
+    """Prove `assumptions -> claim` by asking for a model of assumptions and not claim.
+
+    unsat -> proved; sat -> counterexample (with the model); else unknown. The
+    assumptions alone must be satisfiable, or the result is unknown (vacuous)."""
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    solver.add(*assumptions)
+    start = time.perf_counter()
+    if solver.check() != z3.sat:  # vacuity guard: contradictory assumptions prove anything
+        return ProofResult(name, policy, UNKNOWN, time.perf_counter() - start, expected,
+                           detail="assumptions are unsatisfiable (vacuous) or undecided"), None
+    solver.add(z3.Not(claim))
+    answer = solver.check()
+    seconds = time.perf_counter() - start
+    if answer == z3.unsat:
+        return ProofResult(name, policy, PROVED, seconds, expected), None
+    if answer == z3.sat:
+        return ProofResult(name, policy, COUNTEREXAMPLE, seconds, expected), solver.model()
+    return ProofResult(name, policy, UNKNOWN, seconds, expected,
+                       detail=f"solver: {solver.reason_unknown()}"), None
