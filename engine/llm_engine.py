@@ -85,6 +85,12 @@ class LLMEngine:
         """Per request, a hash of the exact bits of every emitted token's logits."""
         return {s.rid: s.fingerprint for s in self.scheduler.seqs}
 
+    def state_key(self) -> tuple:
+        """A hashable summary of the scheduling state (for cycle detection)."""
+        seqs = tuple((s.status, s.frontier, s.chunk_end, s.chunk_depth, s.generated, len(s.pages),
+                      s.bypasses) for s in self.scheduler.seqs)
+        return seqs, self.pool.free_count(), frozenset(self.scheduler.guard)
+
     def blocks_held(self) -> int:
         return self.cfg.num_blocks - self.pool.free_count()
 

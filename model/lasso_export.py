@@ -1,0 +1,70 @@
+"""Turning an explored lasso into files: a replayable counterexample workload,
+and GraphML / DOT drawings of the lasso."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import networkx as nx
+
+from model.explore import Node, variants
+from model.liveness import Lasso
+from model.workload import Workload
+
+
+def lasso_workload(workload: Workload, spread: int, graph: nx.DiGraph, lasso: Lasso) -> Workload:
+    """The variant the lasso lives in, with token scripts that make the lasso's
+    stop choices happen on the reference model, plus property, trace and cycle."""
+    variant = variants(workload, spread)[lasso.stem[0][0]]
+    choices: dict[tuple[str, int], bool] = {}
+    edges = list(zip(lasso.nodes, lasso.nodes[1:], strict=False))
+    for a, b in edges:
+        choices.update(graph.edges[a, b]["stops"])
+    vocab = workload.config.vocab_size
+    reqs = []
+    for r in variant.requests:
+        if r.stop_token is None:
+            reqs.append(r)
+            continue
+        script = tuple(r.stop_token if choices.get((r.rid, i), False) else (r.stop_token + 1) % vocab
+                       for i in range(r.max_tokens))
+        reqs.append(replace(r, script_tokens=script))
+    extra = {"property": "livelock", "source": "loopcheck explore",
+             "cycle": {"start": len(lasso.stem) - 1, "length": len(lasso.cycle) - 1},
+             "trace": [[e.to_json() for e in graph.edges[a, b]["events"]] for a, b in edges]}
+    return Workload(variant.config, tuple(reqs), extra)
+
+
+_MARK = {"pending": ".", "waiting": "w", "running": "R", "preempted": "P", "finished": "F"}
+
+
+def _label(node: Node) -> str:
+    _, state = node
+    parts = [f"{_MARK[r.status]}{r.frontier}/{r.generated}" for r in state.reqs]
+    return f"t{state.step} free {state.free} | " + " ".join(parts)
+
+
+def lasso_graph(graph: nx.DiGraph, lasso: Lasso) -> nx.DiGraph:
+    """The lasso as a small graph with readable node and edge labels."""
+    out = nx.DiGraph()
+    index = {node: i for i, node in enumerate(dict.fromkeys(lasso.nodes))}
+    for node, i in index.items():
+        out.add_node(i, label=_label(node), cycle=node in lasso.cycle)
+    for a, b in zip(lasso.nodes, lasso.nodes[1:], strict=False):
+        out.add_edge(index[a], index[b], label=" ".join(map(str, graph.edges[a, b]["events"])))
+    return out
+
+
+def write_dot(small: nx.DiGraph, path: Path) -> None:
+    def q(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    lines = ["digraph lasso {", "  node [shape=box, fontname=monospace];"]
+    for n, data in small.nodes(data=True):
+        style = ", color=red" if data["cycle"] else ""
+        lines.append(f"  {n} [label={q(data['label'])}{style}];")
+    for a, b, data in small.edges(data=True):
+        lines.append(f"  {a} -> {b} [label={q(data['label'][:80])}];")
+    lines.append("}")
+    path.write_text("\n".join(lines) + "\n")

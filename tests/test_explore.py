@@ -1,0 +1,111 @@
+"""State-space exploration, liveness, lasso export, and the explore/replay CLIs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from engine.simulate import simulate_engine
+from loopcheck.cli import main
+from model.bounds import drain_step_bound, preemption_bound
+from model.explore import explore
+from model.liveness import analyse
+from model.workload import load_workload
+from tests.helpers import req, workload
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def small_b(policy: str = "guarded"):
+    """Prefix caching, stop tokens, restarts without snapshot, incremental growth."""
+    return workload(req("a", 4, 3, priority=2, stop_token=1), req("b", 3, 3, priority=1, arrival=1, stop_token=2),
+                    req("c", 5, 2, priority=0, arrival=2), num_blocks=6, block_size=2, num_loops=2,
+                    kv_layout="shared", prefix_caching=True, max_num_batched_tokens=4, prefill_chunk_size=2,
+                    snapshots=False, allocation="incremental", preemption_policy=policy)
+
+
+def test_pinned_state_counts() -> None:
+    """A change in semantics shows as a changed count here."""
+    a = explore(load_workload(EXAMPLES / "livelock_min.json").with_config(preemption_policy="guarded"), spread=1)
+    assert (a.states, a.transitions) == (323, 323)
+    b = explore(small_b(), spread=1)
+    assert (b.states, b.transitions) == (137, 187)
+    assert explore(small_b(), spread=1, reduce=False).states == 330
+
+
+@pytest.mark.parametrize("make", [lambda: small_b("guarded"), lambda: small_b("unguarded"),
+                                  lambda: load_workload(EXAMPLES / "livelock_min.json")])
+def test_reduction_keeps_every_verdict_and_figure(make) -> None:
+    w = make()
+    reduced, full = analyse(explore(w, spread=1)), analyse(explore(w, spread=1, reduce=False))
+    assert (reduced.livelock, reduced.worst_drain_steps, reduced.worst_preemptions) == (
+        full.livelock, full.worst_drain_steps, full.worst_preemptions)
+
+
+@pytest.mark.parametrize("name, spread", [("livelock.json", 0), ("livelock_min.json", 2)])
+def test_unguarded_example_has_a_lasso_and_guarded_drains_within_the_bounds(name, spread) -> None:
+    w = load_workload(EXAMPLES / name)
+    bad = analyse(explore(w.with_config(preemption_policy="unguarded"), spread=spread))
+    assert bad.livelock and bad.lasso is not None and len(bad.lasso.cycle) >= 2
+    good_w = w.with_config(preemption_policy="guarded")
+    ex = explore(good_w, spread=spread)
+    good = analyse(ex)
+    assert ex.complete and not good.livelock and good.can_drain == ex.states
+    assert good.worst_drain_steps <= drain_step_bound(good_w)
+    assert good.worst_preemptions <= preemption_bound(good_w)
+
+
+def test_state_cap_is_reported_loudly(capsys, tmp_path) -> None:
+    ex = explore(load_workload(EXAMPLES / "livelock.json"), max_states=10)
+    assert not ex.complete
+    assert main(["explore", str(EXAMPLES / "livelock.json"), "--max-states", "10"]) == 1
+    assert "INCOMPLETE" in capsys.readouterr().out
+
+
+def test_explore_cli_writes_a_lasso_that_loops_on_the_engine(tmp_path, capsys) -> None:
+    assert main(["explore", str(EXAMPLES / "livelock_min.json"), "--spread", "1", "--json",
+                 "--out", str(tmp_path)]) == 1
+    data = json.loads(capsys.readouterr().out)
+    for key in ("states", "transitions", "drained_states", "livelock", "worst_drain_steps",
+                "worst_preemptions", "complete"):
+        assert key in data
+    assert data["livelock"] and data["complete"]
+    lasso = load_workload(tmp_path / "lasso.json")
+    assert lasso.extra["property"] == "livelock"
+    assert nx.read_graphml(tmp_path / "lasso.graphml").number_of_nodes() >= 2
+    assert (tmp_path / "lasso.dot").read_text().startswith("digraph lasso")
+    run = simulate_engine(lasso, 300)
+    assert not run.drained and run.counters.preemptions > 100
+    assert main(["replay", str(tmp_path / "lasso.json"), "--engine", "torch"]) == 1
+    assert "livelock: state repeats" in capsys.readouterr().out
+    assert main(["explore", str(EXAMPLES / "livelock_min.json"), "--policy", "guarded"]) == 0
+
+
+def test_replay_both_reports_the_first_divergence(tmp_path, capsys, monkeypatch) -> None:
+    from engine.scheduler import Scheduler
+
+    original = Scheduler.emit
+
+    def no_rewind_event(self, kind, seq, *args):  # a deliberately broken engine
+        if kind != "rewind":
+            original(self, kind, seq, *args)
+
+    monkeypatch.setattr(Scheduler, "emit", no_rewind_event)
+    assert main(["replay", str(EXAMPLES / "livelock_min.json")]) == 1
+    out = capsys.readouterr().out
+    assert "DIVERGENCE step 3: engine and model diverge" in out
+
+
+def test_replay_plot_and_bad_files(tmp_path, capsys) -> None:
+    png = tmp_path / "p.png"
+    assert main(["replay", str(EXAMPLES / "livelock_min.json"), "--engine", "model", "--policy",
+                 "guarded", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "loopcheck/workload@1", "config": {}, "requests": [{"id": 1}]}')
+    assert main(["replay", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("loopcheck replay: error:")
