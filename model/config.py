@@ -93,3 +93,11 @@ class Config:
             if key not in known:
                 raise WorkloadError(f"config.{key}: unknown config key")
         return cls(**data)
+
+
+def regression_config(**changes: Any) -> Config:
+    """The built-in default: the regression's config (40 blocks of size 2, 4 depths
+    under last_exited, max_num_seqs=4, max_num_batched_tokens=6,
+    prefill_chunk_size=4, priority preemption, WCPB, snapshots) with a watermark of
+    8 blocks, guarded unless changed."""
+    return Config(**{**Config(watermark_blocks=8).to_json(), **changes})

@@ -1,0 +1,131 @@
+"""Time-boxed fuzz campaigns: seeded batches of stateful runs against an example
+database, a progress line per batch, and on failure a shrunk, replayable
+counterexample file."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.stateful import get_state_machine_test
+
+from fuzz.adapter import TorchEngineAdapter
+from fuzz.machine import Stats, machine_class, write_counterexample
+from fuzz.session import AdapterFactory, Violation, replay_workload
+from fuzz.shrink import shrink
+from fuzz.strategies import configs
+from model.config import Config, regression_config
+from model.errors import WorkloadError
+from model.workload import load_workload
+
+BRANCHES = ("admit", "admit+prefix-hit", "resume", "resume+prefix-hit", "resume+snapshot-restore",
+            "preempt+snapshot", "preempt+restart", "preempt+self", "rewind", "publish", "reject", "abort",
+            "finish(length)", "finish(stop)", "finish(abort)", "finish(rejected)")
+
+
+@dataclass
+class CampaignResult:
+    seed: int
+    seconds: float
+    stats: Stats
+    violation: Violation | None = None
+    counterexample: Path | None = None
+    requests: int = 0
+    time_to_failure: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def open_database(spec: str | None, out: Path) -> ExampleDatabase:
+    """A directory database under the output folder, or a shared Redis one."""
+    if spec is None:
+        return DirectoryBasedExampleDatabase(str(out / "db"))
+    if spec.startswith("redis://"):
+        try:
+            import redis
+            from hypothesis.extra.redis import RedisExampleDatabase
+        except ImportError as exc:
+            raise WorkloadError("--db: a Redis database needs the 'redis' package (pip install redis)") from exc
+        return RedisExampleDatabase(redis.Redis.from_url(spec))
+    return DirectoryBasedExampleDatabase(spec)
+
+
+def config_strategy(mode: str, policy: str) -> tuple[st.SearchStrategy[Config], int, int]:
+    """(configs, max prompt, max tokens) for a campaign mode."""
+    if mode == "regression":
+        return st.just(regression_config(preemption_policy=policy)), 12, 8
+    return configs(preemption_policy=policy), 6, 5
+
+
+def progress_line(elapsed: float, stats: Stats) -> str:
+    covered = [b for b in BRANCHES if stats.branches[b]]
+    rules = " ".join(f"{k}={v}" for k, v in sorted(stats.rules.items()))
+    return (f"[{elapsed:6.1f}s] examples {stats.examples}, steps {stats.steps}, rules {rules}, "
+            f"scheduler branches {len(covered)}/{len(BRANCHES)}")
+
+
+def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path, mode: str = "regression",
+                 db: str | None = None, adapter: AdapterFactory = TorchEngineAdapter,
+                 batch_examples: int = 20, shrink_seconds: float = 30.0,
+                 progress: Callable[[str], None] | None = None) -> CampaignResult:
+    """Run seeded batches until a property breaks or the budget is spent."""
+    out.mkdir(parents=True, exist_ok=True)
+    stats = Stats()
+    strategy, max_prompt, max_tokens = config_strategy(mode, policy)
+    machine = machine_class(strategy, adapter, out, stats, max_prompt, max_tokens)
+    database = open_database(db, out)
+    start = time.monotonic()
+    result = CampaignResult(seed_value, 0.0, stats)
+    batch = 0
+    while time.monotonic() - start < budget_seconds:
+        test = get_state_machine_test(machine, settings=settings(
+            max_examples=batch_examples, deadline=None, database=database, stateful_step_count=20,
+            phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=list(HealthCheck),
+            print_blob=False))
+        try:
+            seed(seed_value + batch)(test)()
+        except Violation as v:
+            result.violation = v
+        except BaseException as exc:  # noqa: BLE001 - Hypothesis may wrap or group failures
+            found = [e for e in getattr(exc, "exceptions", [exc]) if isinstance(e, Violation)]
+            if not found:
+                raise
+            result.violation = found[0]
+        batch += 1
+        if progress:
+            progress(progress_line(time.monotonic() - start, stats))
+        if result.violation is not None:
+            break
+    result.time_to_failure = stats.first_failure_at
+    if result.violation is not None:
+        finalise(result, out, adapter, shrink_seconds, progress)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def finalise(result: CampaignResult, out: Path, adapter: AdapterFactory, shrink_seconds: float,
+             progress: Callable[[str], None] | None) -> None:
+    """Shrink the recorded failure and rewrite it with a fresh trace."""
+    assert result.violation is not None
+    path = out / f"counterexample-{result.violation.prop}.json"
+    recorded = load_workload(path)
+    if progress:
+        progress(f"shrinking a {result.violation.prop} counterexample of {len(recorded.requests)} requests ...")
+    try:
+        small, violation = shrink(recorded, result.violation.prop, adapter, shrink_seconds)
+    except ValueError:
+        result.notes.append("the recorded workload does not reproduce on replay; kept unshrunk")
+        small, violation = recorded, result.violation
+    _, session = replay_workload(small, adapter)
+    result.violation = violation
+    result.counterexample = write_counterexample(out, small, violation, session.trace)
+    result.requests = len(small.requests)
+
+
+def main_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,142 @@
+"""The fuzzer: a short deterministic campaign, the unguarded livelock found and
+shrunk, and known bugs patched into the engine each caught."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import strategies as st
+
+from engine.simulate import simulate_engine
+from fuzz.adapter import TorchEngineAdapter
+from fuzz.campaign import run_campaign
+from fuzz.pytest_plugin import run_machine
+from fuzz.session import Violation
+from fuzz.strategies import configs
+from loopcheck.cli import main
+from model.config import Config, regression_config
+from model.workload import load_workload
+
+
+def test_short_deterministic_campaigns_are_clean_under_the_guarded_policy() -> None:
+    stats = run_machine(TorchEngineAdapter,
+                        st.just(regression_config()), max_examples=15, max_prompt=12, max_tokens=8)
+    assert stats.examples >= 15 and stats.steps > 100
+    stats = run_machine(TorchEngineAdapter, configs(preemption_policy="guarded", priority_preemption=True),
+                        max_examples=40)
+    assert stats.branches["preempt+snapshot"] + stats.branches["preempt+restart"] > 0
+    assert stats.branches["admit+prefix-hit"] > 0 and stats.branches["publish"] > 0
+
+
+def test_unguarded_campaign_finds_a_small_livelock_that_replays_on_the_engine(tmp_path) -> None:
+    result = run_campaign("unguarded", 60, 1, tmp_path)
+    assert result.violation is not None and result.violation.prop == "livelock"
+    assert result.requests <= 5
+    cex = load_workload(result.counterexample)
+    assert cex.extra["property"] == "livelock" and "cycle" in cex.extra
+    run = simulate_engine(cex, 300)
+    assert not run.drained and run.counters.preemptions > 100
+
+
+# a small pool under pressure: preemptions, rewinds and snapshot restores are common
+CONTENDED = Config(num_blocks=12, block_size=2, num_loops=2, kv_layout="last_exited", max_num_seqs=4,
+                   max_num_batched_tokens=4, prefill_chunk_size=2, wcpb=True, snapshots=True)
+
+
+def find(patches, config_strategy, monkeypatch, max_examples=150) -> Violation:
+    for target, name, value in patches:
+        monkeypatch.setattr(target, name, value)
+    with pytest.raises(Violation) as caught:
+        run_machine(TorchEngineAdapter, config_strategy, max_examples=max_examples, shrink=False)
+    return caught.value
+
+
+def test_mutant_no_rewind_on_preemption(monkeypatch) -> None:
+    from engine.scheduler import Scheduler
+
+    original = Scheduler.preempt
+
+    def preempt(self, victim, for_seq):
+        saved = (victim.chunk_end, victim.chunk_depth)
+        victim.chunk_end = victim.frontier          # hide the in-flight chunk from the rewind
+        original(self, victim, for_seq)
+        victim.chunk_end, victim.chunk_depth = saved  # ... and keep it
+
+    v = find([(Scheduler, "preempt", preempt)], st.just(CONTENDED), monkeypatch)
+    assert v.prop in ("conformance", "safety")
+
+
+def test_mutant_snapshot_restored_to_the_wrong_depth(monkeypatch) -> None:
+    from engine.kv_cache import KVStore
+
+    original = KVStore.restore
+
+    def restore(self, pages, snap, first_page):
+        snap.keys = [k.roll(1, dims=0) for k in snap.keys]  # planes shifted by one depth
+        original(self, pages, snap, first_page)
+
+    v = find([(KVStore, "restore", restore)], st.just(replace(CONTENDED, wcpb=False)), monkeypatch,
+             max_examples=300)
+    assert v.prop == "output-equivalence"
+
+
+def test_mutant_shared_block_freed_while_referenced(monkeypatch) -> None:
+    from engine.kv_cache import BlockPool
+
+    original = BlockPool.release
+
+    def release(self, page):
+        if page.key is not None and page.holders > 1:
+            self.free.extend(page.blocks)                 # freed although others still hold it
+        original(self, page)
+
+    v = find([(BlockPool, "release", release)], configs(prefix_caching=True, preemption_policy="guarded"), monkeypatch,
+             max_examples=300)
+    assert v.prop in ("kv-conservation", "safety", "conformance")
+
+
+def test_mutant_abort_not_releasing_blocks(monkeypatch) -> None:
+    from engine.scheduler import Scheduler
+
+    original = Scheduler.end
+
+    def end(self, seq, reason):
+        if reason == "abort":
+            seq.status, seq.finish_reason = "finished", reason
+            self.emit("finish", seq, reason)
+            return
+        original(self, seq, reason)
+
+    v = find([(Scheduler, "end", end)], configs(preemption_policy="guarded"), monkeypatch)
+    assert v.prop in ("kv-conservation", "safety", "conformance")
+
+
+def test_mutant_watermark_ignored(monkeypatch) -> None:
+    from engine.scheduler import Scheduler
+
+    original = Scheduler.room_for
+
+    def room_for(self, adm, free_blocks, running, cache_only):
+        saved, self.was_active = self.was_active, False
+        try:
+            return original(self, adm, free_blocks, running, cache_only)
+        finally:
+            self.was_active = saved
+
+    v = find([(Scheduler, "room_for", room_for)], configs(watermark_blocks=2, num_blocks=12, kv_layout="shared",
+                                                        preemption_policy="guarded"), monkeypatch)
+    assert v.prop == "conformance"
+
+
+def test_fuzz_cli(tmp_path, capsys) -> None:
+    code = main(["fuzz", "--policy", "unguarded", "--budget-seconds", "60", "--seed", "3", "--out",
+                 str(tmp_path), "--json"])
+    assert code == 1
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["seed"] == 3 and "reproduce: loopcheck fuzz" in captured.err
+    assert data["counterexamples"][0]["property"] == "livelock"
+    assert main(["replay", data["counterexamples"][0]["file"], "--engine", "torch"]) == 1
+    assert main(["fuzz", "--budget-seconds", "0"]) == 2
