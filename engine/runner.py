@@ -88,7 +88,7 @@ class ModelRunner:
 
     def sample(self, h: torch.Tensor, depth: int) -> Sampled:
         logits = self.lm.logits(h)[0]
-        return Sampled(int(torch.argmax(logits)), depth, logits.numpy().tobytes())
+        return Sampled(int(torch.argmax(logits)), depth, bytes(logits.contiguous().view(torch.uint8).tolist()))
 
     def prepare(self, item: WorkItem) -> _Rows:
         seq = item.seq

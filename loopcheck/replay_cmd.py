@@ -12,6 +12,7 @@ from typing import Any
 
 from loopcheck.report import banner
 from loopcheck.simulate_cmd import prepare
+from model.errors import WorkloadError
 from model.events import Event
 from model.workload import Workload
 
@@ -128,7 +129,10 @@ def render(workload: Workload, rep: Replay, cycle: dict[str, int] | None) -> str
 
 
 def plot(rep: Replay, path: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise WorkloadError("--plot: needs matplotlib (python3 -m pip install matplotlib)") from exc
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
