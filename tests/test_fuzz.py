@@ -19,15 +19,19 @@ from loopcheck.cli import main
 from model.config import Config, regression_config
 from model.workload import load_workload
 
+# a small pool under pressure: preemptions, rewinds and snapshot restores are common
+CONTENDED = Config(num_blocks=12, block_size=2, num_loops=2, kv_layout="last_exited", max_num_seqs=4,
+                   max_num_batched_tokens=4, prefill_chunk_size=2, wcpb=True, snapshots=True)
+
 
 def test_short_deterministic_campaigns_are_clean_under_the_guarded_policy() -> None:
-    stats = run_machine(TorchEngineAdapter,
-                        st.just(regression_config()), max_examples=15, max_prompt=12, max_tokens=8)
+    stats = run_machine(TorchEngineAdapter, st.just(regression_config()), max_examples=15, max_prompt=12,
+                        max_tokens=8)
     assert stats.examples >= 15 and stats.steps > 100
-    stats = run_machine(TorchEngineAdapter, configs(preemption_policy="guarded", priority_preemption=True),
-                        max_examples=40)
-    assert stats.branches["preempt+snapshot"] + stats.branches["preempt+restart"] > 0
-    assert stats.branches["admit+prefix-hit"] > 0 and stats.branches["publish"] > 0
+    run_machine(TorchEngineAdapter, configs(preemption_policy="guarded"), max_examples=40)
+    stats = run_machine(TorchEngineAdapter, st.just(replace(CONTENDED, prefix_caching=True)), max_examples=40)
+    assert stats.branches["preempt+snapshot"] > 0 and stats.branches["resume+snapshot-restore"] > 0
+    assert stats.branches["admit+prefix-hit"] + stats.branches["resume+prefix-hit"] > 0
 
 
 def test_unguarded_campaign_finds_a_small_livelock_that_replays_on_the_engine(tmp_path) -> None:
@@ -38,11 +42,6 @@ def test_unguarded_campaign_finds_a_small_livelock_that_replays_on_the_engine(tm
     assert cex.extra["property"] == "livelock" and "cycle" in cex.extra
     run = simulate_engine(cex, 300)
     assert not run.drained and run.counters.preemptions > 100
-
-
-# a small pool under pressure: preemptions, rewinds and snapshot restores are common
-CONTENDED = Config(num_blocks=12, block_size=2, num_loops=2, kv_layout="last_exited", max_num_seqs=4,
-                   max_num_batched_tokens=4, prefill_chunk_size=2, wcpb=True, snapshots=True)
 
 
 def find(patches, config_strategy, monkeypatch, max_examples=150) -> Violation:
@@ -92,7 +91,7 @@ def test_mutant_shared_block_freed_while_referenced(monkeypatch) -> None:
             self.free.extend(page.blocks)                 # freed although others still hold it
         original(self, page)
 
-    v = find([(BlockPool, "release", release)], configs(prefix_caching=True, preemption_policy="guarded"), monkeypatch,
+    v = find([(BlockPool, "release", release)], st.just(replace(CONTENDED, prefix_caching=True)), monkeypatch,
              max_examples=300)
     assert v.prop in ("kv-conservation", "safety", "conformance")
 
@@ -109,8 +108,8 @@ def test_mutant_abort_not_releasing_blocks(monkeypatch) -> None:
             return
         original(self, seq, reason)
 
-    v = find([(Scheduler, "end", end)], configs(preemption_policy="guarded"), monkeypatch)
-    assert v.prop in ("kv-conservation", "safety", "conformance")
+    v = find([(Scheduler, "end", end)], st.just(CONTENDED), monkeypatch, max_examples=300)
+    assert v.prop in ("kv-conservation", "safety", "conformance", "drain")
 
 
 def test_mutant_watermark_ignored(monkeypatch) -> None:
@@ -125,8 +124,7 @@ def test_mutant_watermark_ignored(monkeypatch) -> None:
         finally:
             self.was_active = saved
 
-    v = find([(Scheduler, "room_for", room_for)], configs(watermark_blocks=2, num_blocks=12, kv_layout="shared",
-                                                        preemption_policy="guarded"), monkeypatch)
+    v = find([(Scheduler, "room_for", room_for)], st.just(replace(CONTENDED, watermark_blocks=4)), monkeypatch)
     assert v.prop == "conformance"
 
 
