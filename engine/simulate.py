@@ -5,18 +5,12 @@ from __future__ import annotations
 from engine.llm_engine import LLMEngine
 from model.events import Event
 from model.simulate import SimResult
-from model.workload import Workload
+from model.workload import Workload, submit_due
 
 
 def drive(engine: LLMEngine, workload: Workload) -> list[Event]:
     """One engine step with the workload's arrivals and aborts for that step."""
-    t = engine.step_count
-    for spec in workload.requests:
-        if spec.arrival == t:
-            engine.add_request(spec)
-    for spec in workload.requests:
-        if spec.abort_at == t:
-            engine.abort_request(spec.rid)
+    submit_due(workload.requests, engine.step_count, engine.add_request, engine.abort_request)
     return engine.step()
 
 

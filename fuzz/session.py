@@ -18,7 +18,7 @@ from model.invariants import state_violations, step_violations
 from model.reference import step
 from model.simulate import Counters
 from model.state import FINISHED, add_request, initial_state
-from model.workload import RequestSpec, Workload
+from model.workload import RequestSpec, Workload, submit_due
 
 AdapterFactory = Callable[[Config], EngineAdapter]
 
@@ -130,12 +130,7 @@ class Session:
         last_arrival = max(s.arrival for s in self.specs)
         t = 0
         while True:
-            for s in self.specs:
-                if s.arrival == t:
-                    ref.add(s)
-            for s in self.specs:
-                if s.abort_at == t:
-                    ref.abort(s.rid)
+            submit_due(self.specs, t, ref.add, ref.abort)
             ref.step()
             t += 1
             if t > last_arrival and not ref.observe().unfinished:
@@ -160,12 +155,7 @@ def replay_workload(workload: Workload, adapter_factory: AdapterFactory) -> tupl
     try:
         last = max((max(s.arrival, s.abort_at or 0) for s in workload.requests), default=0)
         for t in range(last + 1):
-            for s in workload.requests:
-                if s.arrival == t:
-                    session.add(s)
-            for s in workload.requests:
-                if s.abort_at == t:
-                    session.abort(s.rid)
+            submit_due(workload.requests, t, session.add, session.abort)
             session.step()
             session.check_kv()
         session.finish()

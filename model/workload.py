@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,18 @@ class Workload:
         data = self.config.to_json()
         data.update(changes)
         return Workload(Config(**data), self.requests, dict(self.extra))
+
+
+def submit_due(requests: tuple[RequestSpec, ...] | list[RequestSpec], t: int,
+               add: Callable[[RequestSpec], object], abort: Callable[[str], object]) -> None:
+    """Hand a driver the requests that arrive at step t, then the aborts due at t,
+    each in workload order: how a recorded workload is replayed on an engine."""
+    for spec in requests:
+        if spec.arrival == t:
+            add(spec)
+    for spec in requests:
+        if spec.abort_at == t:
+            abort(spec.rid)
 
 
 def workload_from_json(data: Any) -> Workload:
