@@ -163,7 +163,7 @@ class Scheduler:
         victim.status = PREEMPTED
         self.emit("preempt", victim, for_seq.rid, self.cfg.snapshots)
 
-    def hit_keys(self, seq: Sequence, pending: set[bytes] = frozenset()) -> list[bytes]:  # type: ignore[assignment]
+    def hit_keys(self, seq: Sequence, pending: frozenset[bytes] | set[bytes] = frozenset()) -> list[bytes]:
         if not self.cfg.prefix_caching:
             return []
         keys = []

@@ -34,8 +34,10 @@ class Liveness:
 
 def _path(parents: dict[Node, Node | None], end: Node) -> list[Node]:
     out = [end]
-    while parents[out[-1]] is not None:
-        out.append(parents[out[-1]])  # type: ignore[arg-type]
+    parent = parents[end]
+    while parent is not None:
+        out.append(parent)
+        parent = parents[parent]
     return out[::-1]
 
 

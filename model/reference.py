@@ -7,6 +7,7 @@ here once, readably. The engine's scheduler is an independent rendition.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Protocol
@@ -170,7 +171,7 @@ class _Step:
             available -= self.cfg.watermark_blocks
         return available >= self.planes * (plan.pages - plan.hits)
 
-    def victims(self, eligible: callable) -> list[int]:  # type: ignore[valid-type]
+    def victims(self, eligible: Callable[[RequestSpec], bool]) -> list[int]:
         """Running requests not in this step's batch passing `eligible`, least
         urgent (largest priority key) first."""
         cands = [j for j in self.running() if j not in self.batch and eligible(self.specs[j])]
