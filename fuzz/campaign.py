@@ -87,8 +87,13 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
             max_examples=batch_examples, deadline=None, database=database, stateful_step_count=20,
             phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=list(HealthCheck),
             print_blob=False))
+        seeded = seed(seed_value + batch)(test)
+        # hypothesis.seed() switches the example database off; a campaign wants both
+        # a reproducible seed and the database (reuse saved failures, save new ones).
+        seeded._hypothesis_internal_use_settings = settings(seeded._hypothesis_internal_use_settings,
+                                                            database=database)
         try:
-            seed(seed_value + batch)(test)()
+            seeded()
         except Violation as v:
             result.violation = v
         except BaseException as exc:  # noqa: BLE001 - Hypothesis may wrap or group failures

@@ -138,3 +138,14 @@ def test_fuzz_cli(tmp_path, capsys) -> None:
     assert data["counterexamples"][0]["property"] == "livelock"
     assert main(["replay", data["counterexamples"][0]["file"], "--engine", "torch"]) == 1
     assert main(["fuzz", "--budget-seconds", "0"]) == 2
+
+
+def test_the_example_database_keeps_failures_for_the_next_campaign(tmp_path) -> None:
+    first = run_campaign("unguarded", 60, 4, tmp_path)
+    assert first.violation is not None
+    saved = [p for p in (tmp_path / "db").rglob("*") if p.is_file()]
+    assert saved, "the failing example was not saved"
+    again = run_campaign("unguarded", 60, 999, tmp_path)   # another seed: the database replays it
+    fresh = run_campaign("unguarded", 60, 999, tmp_path / "fresh")
+    assert again.violation is not None and fresh.violation is not None
+    assert again.stats.examples < fresh.stats.examples
