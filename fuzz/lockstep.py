@@ -78,6 +78,6 @@ def lockstep(workload: Workload, max_steps: int) -> Divergence | None:
         bad = compare_step(t, model_events, engine_events, state, engine, workload)
         if bad:
             return bad
-        if t >= max(r.arrival for r in workload.requests) and not engine.has_unfinished():
+        if t >= max((r.arrival for r in workload.requests), default=0) and not engine.has_unfinished():
             break
     return None
