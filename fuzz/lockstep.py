@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from engine.llm_engine import LLMEngine
 from engine.simulate import drive
+from model.config import Config
 from model.events import Event, TokenOutcome
 from model.invariants import state_violations
 from model.reference import step
@@ -53,16 +54,17 @@ class Divergence:
 
 
 def compare_step(t: int, model_events: list[Event], engine_events: list[Event], state: SchedState,
-                 engine: LLMEngine, workload: Workload) -> Divergence | None:
-    """Events equal, and both sides' KV accounting sound and equal."""
+                 engine_held: int, engine_kv_errors: list[str], cfg: Config) -> Divergence | None:
+    """Events equal, and both sides' KV accounting sound and equal (the engine's
+    side as observed: blocks held and conservation errors on its real pool)."""
     problems = []
     if model_events != engine_events:
         problems.append("events differ")
-    problems += ["model: " + p for p in state_violations(state, workload.config)]
-    problems += ["engine: " + p for p in engine.conservation_errors()]
-    model_held = state.blocks_held(workload.config.num_blocks, workload.config.planes)
-    if model_held != engine.blocks_held():
-        problems.append(f"blocks held: model {model_held}, engine {engine.blocks_held()}")
+    problems += ["model: " + p for p in state_violations(state, cfg)]
+    problems += ["engine: " + p for p in engine_kv_errors]
+    model_held = state.blocks_held(cfg.num_blocks, cfg.planes)
+    if model_held != engine_held:
+        problems.append(f"blocks held: model {model_held}, engine {engine_held}")
     return Divergence(t, model_events, engine_events, problems) if problems else None
 
 
@@ -75,7 +77,8 @@ def lockstep(workload: Workload, max_steps: int) -> Divergence | None:
         engine_events = drive(engine, workload)
         env.feed(engine_events)
         state, model_events = step(state, env)
-        bad = compare_step(t, model_events, engine_events, state, engine, workload)
+        bad = compare_step(t, model_events, engine_events, state, engine.blocks_held(),
+                           engine.conservation_errors(), workload.config)
         if bad:
             return bad
         if t >= max((r.arrival for r in workload.requests), default=0) and not engine.has_unfinished():

@@ -13,6 +13,7 @@ same workload without priority preemption.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,8 +92,6 @@ class LoopcheckMachine(RuleBasedStateMachine):
         except Violation as v:
             cls = type(self)
             if cls.stats.first_failure_at is None:
-                import time
-
                 cls.stats.first_failure_at = time.monotonic() - cls.clock_start
             if cls.out_dir is not None and self.session.specs:
                 write_counterexample(cls.out_dir, self.session.workload(), v, self.session.trace)
@@ -138,7 +137,6 @@ def machine_class(configs: st.SearchStrategy[Config], adapter: AdapterFactory = 
                   out_dir: Path | None = None, stats: Stats | None = None,
                   max_prompt: int = 6, max_tokens: int = 5) -> type[LoopcheckMachine]:
     """A machine class bound to a config strategy, an engine adapter, an output folder."""
-    import time
 
     class BoundLoopcheckMachine(LoopcheckMachine):
         @initialize(config=configs, prefixes=PREFIXES)

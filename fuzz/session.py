@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fuzz.adapter import EngineAdapter, Observation
-from fuzz.lockstep import EngineFedEnv
+from fuzz.lockstep import EngineFedEnv, compare_step
 from model.bounds import drain_step_bound, preemption_bound, work_units
 from model.config import Config
 from model.events import Event
@@ -69,7 +69,8 @@ class Session:
             self.env.workload = self.workload()
 
     def step(self) -> None:
-        """One step on both sides; conformance and safety checked."""
+        """One step on both sides: equal events (conformance), KV accounting sound and
+        equal on both sides, budgets and frontiers (safety)."""
         engine_events = self.adapter.step()
         self.env.feed(engine_events)
         before = self.state
@@ -79,14 +80,12 @@ class Session:
         self.counters.fold(engine_events)
         if self.on_events:
             self.on_events(engine_events)
-        if model_events != engine_events:
-            raise Violation("conformance", f"step {self.t - 1}: model {' '.join(map(str, model_events))} | "
-                                           f"engine {' '.join(map(str, engine_events))}")
-        problems = step_violations(before, self.state, model_events, self.workload())
         obs = self.adapter.observe()
-        held = self.state.blocks_held(self.cfg.num_blocks, self.cfg.planes)
-        if obs.blocks_held != held:
-            problems.append(f"blocks held: engine {obs.blocks_held}, model {held}")
+        bad = compare_step(self.t - 1, model_events, engine_events, self.state, obs.blocks_held, obs.kv_errors,
+                           self.cfg)
+        if bad is not None:
+            raise Violation("conformance" if "events differ" in bad.problems else "safety", bad.describe())
+        problems = step_violations(before, self.state, model_events, self.workload())
         if problems:
             raise Violation("safety", "; ".join(problems))
 

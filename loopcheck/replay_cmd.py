@@ -62,6 +62,7 @@ def replay(workload: Workload, engine: str, max_steps: int) -> Replay:
     eng = None
     if engine in ("torch", "both"):
         from engine.llm_engine import LLMEngine
+        from engine.simulate import drive
         from fuzz.lockstep import EngineFedEnv, compare_step
 
         eng = LLMEngine(cfg)
@@ -71,8 +72,6 @@ def replay(workload: Workload, engine: str, max_steps: int) -> Replay:
     seen: dict[Any, int] = {}
     for t in range(max_steps):
         if eng is not None:
-            from engine.simulate import drive
-
             eng_events = drive(eng, workload)
         if engine == "torch":
             out.record(eng_events, eng.blocks_held())
@@ -82,7 +81,8 @@ def replay(workload: Workload, engine: str, max_steps: int) -> Replay:
             state, model_events = step(state, model_env)
             out.record(model_events, state.blocks_held(cfg.num_blocks, cfg.planes))
             if engine == "both":
-                bad = compare_step(t, model_events, eng_events, state, eng, workload)
+                bad = compare_step(t, model_events, eng_events, state, eng.blocks_held(),
+                                   eng.conservation_errors(), cfg)
                 if bad:
                     out.divergence = bad.describe()
                     return out

@@ -128,7 +128,6 @@ def simulate_model(workload: Workload, max_steps: int, keep_trace: bool = False)
     counters = Counters()
     outputs = {r.rid: RequestOutput(r.rid, [], [], None) for r in workload.requests}
     trace: list[list[Event]] = []
-    state = initial_state(cfg.num_blocks, len(workload.requests))
     for state, events in model_steps(workload):
         counters.fold(events)
         fold_outputs(outputs, events)
