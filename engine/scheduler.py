@@ -44,7 +44,6 @@ class Scheduler:
         self.abort_requests: set[str] = set()
         self.guard: set[tuple[str, int]] = set()
         self.events: list[Event] = []
-        self._keys: dict[tuple[str, int], bytes] = {}
 
     # ----- bookkeeping ------------------------------------------------------------
     def emit(self, kind: str, seq: Sequence, *args: object) -> None:
@@ -54,10 +53,10 @@ class Scheduler:
         return -(-(seq.prompt_len + seq.spec.max_tokens - 1) // self.cfg.block_size)
 
     def key_of(self, seq: Sequence, page: int) -> bytes:
-        cache_key = (seq.rid, page)
-        if cache_key not in self._keys:
-            self._keys[cache_key] = prefix_key(seq.spec.prompt[: (page + 1) * self.cfg.block_size])
-        return self._keys[cache_key]
+        """Prefix-cache key of the request's prompt page (memoised on the request)."""
+        if page not in seq.page_keys:
+            seq.page_keys[page] = prefix_key(seq.spec.prompt[: (page + 1) * self.cfg.block_size])
+        return seq.page_keys[page]
 
     def running(self) -> list[Sequence]:
         return [s for s in self.seqs if s.status == RUNNING]

@@ -19,7 +19,8 @@ class Sequence:
     frontier: prompt tokens done at every depth; chunk_end/chunk_depth: the WCPB
     chunk in flight (chunk_end > frontier) and its depths done; hidden: that chunk's
     rows after chunk_depth depths. token_ids / exit_depths are the outputs so far;
-    fingerprint is a running hash of the exact bits of their logits.
+    fingerprint is a running hash of the exact bits of their logits; page_keys
+    memoises the prefix-cache keys of its prompt pages.
     """
 
     spec: RequestSpec
@@ -35,6 +36,7 @@ class Sequence:
     snapshot: Snapshot | None = None
     hidden: torch.Tensor | None = None
     fingerprint: str = ""
+    page_keys: dict[int, bytes] = field(default_factory=dict)
 
     @property
     def rid(self) -> str:
