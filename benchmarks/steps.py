@@ -16,10 +16,9 @@ from typing import Any
 
 import engine.runner
 from engine.llm_engine import LLMEngine
-from engine.simulate import drive
 from loopcheck.report import table
-from model.simulate import simulate_model
-from model.workload import Workload, load_workload
+from model.workload import Workload, load_workload, submit_due
+from sut.simulate import simulate_model
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "livelock.json"
 
@@ -46,7 +45,8 @@ def engine_run(w: Workload, steps: int, totals: dict[str, float] | None) -> tupl
     start = time.perf_counter()
     try:
         while eng.step_count < steps:
-            drive(eng, w)
+            submit_due(w.requests, eng.step_count, eng.add_request, eng.abort_request)
+            eng.step()
             if eng.step_count > max(r.arrival for r in w.requests) and not eng.has_unfinished():
                 break
     finally:

@@ -86,10 +86,15 @@ class LLMEngine:
         return {s.rid: s.fingerprint for s in self.scheduler.seqs}
 
     def state_key(self) -> tuple:
-        """A hashable summary of the scheduling state (for cycle detection)."""
-        seqs = tuple((s.status, s.frontier, s.chunk_end, s.chunk_depth, s.generated, len(s.pages),
-                      s.bypasses) for s in self.scheduler.seqs)
-        return seqs, self.pool.free_count(), frozenset(self.scheduler.guard)
+        """A hashable value equal exactly when two scheduling states are equal: each
+        sequence's progress, its pages (private, or the prefix key it shares) and
+        snapshot, the prefix cache with its eviction order, free blocks and the
+        futility guard. (Token values and KV contents are outputs, not state the
+        scheduler decides on.)"""
+        seqs = tuple((s.status, s.frontier, s.chunk_end, s.chunk_depth, s.generated, s.bypasses,
+                      tuple(p.key for p in s.pages), s.snapshot is not None) for s in self.scheduler.seqs)
+        cache = tuple((k, p.holders) for k, p in self.pool.cached.items())
+        return seqs, len(self.pool.free), cache, tuple(self.pool.evictable), frozenset(self.scheduler.guard)
 
     def blocks_held(self) -> int:
         return self.cfg.num_blocks - self.pool.free_count()

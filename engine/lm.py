@@ -52,7 +52,10 @@ class LoopedLM:
             return torch.randn(*size, generator=g) * scale / size[-1] ** 0.5
 
         self.embed = torch.randn(s.vocab, s.hidden, generator=g)
-        self.pos = torch.randn(s.max_positions, s.hidden, generator=g) * 0.5
+        # Position embeddings come from their own generator, so that every other weight
+        # is the same whatever the pool size (max_positions) is; a position's row is
+        # the same in any table long enough to hold it.
+        self.pos = torch.randn(s.max_positions, s.hidden, generator=torch.Generator().manual_seed(seed + 1)) * 0.5
         self.depth = torch.randn(num_loops + 1, s.hidden, generator=g) * 0.5
         self.prelude = (w(s.mlp, s.hidden), w(s.hidden, s.mlp))
         qkv = (s.heads + 2 * s.kv_heads) * s.head_dim

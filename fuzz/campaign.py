@@ -9,20 +9,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.stateful import get_state_machine_test
 
-from fuzz.adapter import TorchEngineAdapter
+from checks.base import Violation
+from checks.suite import checks_for
 from fuzz.machine import Stats, machine_class, write_counterexample
-from fuzz.session import AdapterFactory, Violation, replay_workload
 from fuzz.shrink import shrink
-from fuzz.strategies import configs
+from fuzz.strategies import DEFAULT_SHAPE, Shape, configs
 from model.config import Config, regression_config
 from model.errors import WorkloadError
 from model.workload import load_workload
+from sut.driver import run_workload
+from sut.loader import capabilities_of
+from sut.protocol import SutFactory
+from sut.torch_sut import TorchSUT
 
 BRANCHES = ("admit", "admit+prefix-hit", "resume", "resume+prefix-hit", "resume+snapshot-restore",
             "preempt+snapshot", "preempt+restart", "preempt+self", "rewind", "publish", "reject", "abort",
@@ -55,11 +60,12 @@ def open_database(spec: str | None, out: Path) -> ExampleDatabase:
     return DirectoryBasedExampleDatabase(spec)
 
 
-def config_strategy(mode: str, policy: str) -> tuple[st.SearchStrategy[Config], int, int]:
-    """(configs, max prompt, max tokens) for a campaign mode."""
+def config_strategy(mode: str, policy: str, pinned: dict[str, Any]) -> tuple[st.SearchStrategy[Config], int, int]:
+    """(configs, max prompt, max tokens) for a campaign mode, with the fields the
+    system supports only at one value pinned."""
     if mode == "regression":
-        return st.just(regression_config(preemption_policy=policy)), 12, 8
-    return configs(preemption_policy=policy), 6, 5
+        return st.just(regression_config(**{"preemption_policy": policy, **pinned})), 12, 8
+    return configs(**{"preemption_policy": policy, **pinned}), 6, 5
 
 
 def progress_line(elapsed: float, stats: Stats) -> str:
@@ -70,14 +76,18 @@ def progress_line(elapsed: float, stats: Stats) -> str:
 
 
 def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path, mode: str = "regression",
-                 db: str | None = None, adapter: AdapterFactory = TorchEngineAdapter,
-                 batch_examples: int = 20, shrink_seconds: float = 30.0,
-                 progress: Callable[[str], None] | None = None) -> CampaignResult:
-    """Run seeded batches until a property breaks or the budget is spent."""
+                 db: str | None = None, factory: SutFactory = TorchSUT, check_mode: str = "lockstep",
+                 shape: Shape = DEFAULT_SHAPE, batch_examples: int = 20, max_replays: int = 400,
+                 progress: Callable[[str], None] | None = None, fixed: dict[str, Any] | None = None
+                 ) -> CampaignResult:
+    """Run seeded batches until a property breaks or the budget is spent; then
+    shrink the failure (at most `max_replays` replays) and write it. `fixed` pins
+    config fields beyond those the system pins."""
     out.mkdir(parents=True, exist_ok=True)
     stats = Stats()
-    strategy, max_prompt, max_tokens = config_strategy(mode, policy)
-    machine = machine_class(strategy, adapter, out, stats, max_prompt, max_tokens)
+    pinned = {**(fixed or {}), **capabilities_of(factory).pinned}
+    strategy, max_prompt, max_tokens = config_strategy(mode, policy, pinned)
+    machine = machine_class(strategy, factory, check_mode, out, stats, max_prompt, max_tokens, shape)
     database = open_database(db, out)
     start = time.monotonic()
     result = CampaignResult(seed_value, 0.0, stats)
@@ -108,12 +118,12 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
             break
     result.time_to_failure = stats.first_failure_at
     if result.violation is not None:
-        finalise(result, out, adapter, shrink_seconds, progress)
+        finalise(result, out, factory, check_mode, max_replays, progress)
     result.seconds = time.monotonic() - start
     return result
 
 
-def finalise(result: CampaignResult, out: Path, adapter: AdapterFactory, shrink_seconds: float,
+def finalise(result: CampaignResult, out: Path, factory: SutFactory, check_mode: str, max_replays: int,
              progress: Callable[[str], None] | None) -> None:
     """Shrink the recorded failure and rewrite it with a fresh trace."""
     assert result.violation is not None
@@ -122,13 +132,15 @@ def finalise(result: CampaignResult, out: Path, adapter: AdapterFactory, shrink_
     if progress:
         progress(f"shrinking a {result.violation.prop} counterexample of {len(recorded.requests)} requests ...")
     try:
-        small, violation = shrink(recorded, result.violation.prop, adapter, shrink_seconds)
+        small, violation = shrink(recorded, result.violation.prop, factory, lambda: checks_for(check_mode),
+                                  max_replays)
     except ValueError:
         result.notes.append("the recorded workload does not reproduce on replay; kept unshrunk")
         small, violation = recorded, result.violation
-    _, session = replay_workload(small, adapter)
+    run = run_workload(small, factory, checks_for(check_mode))
     result.violation = violation
-    result.counterexample = write_counterexample(out, small, violation, session.trace)
+    result.counterexample = write_counterexample(out, small, violation, run.driver.trace,
+                                                 f"loopcheck fuzz --check {check_mode}")
     result.requests = len(small.requests)
 
 

@@ -1,13 +1,10 @@
-"""The stateful machine: Hypothesis adds requests, aborts them and steps an
-engine (through the adapter protocol) and the reference model in lockstep; the
-checks live in fuzz/session.py.
+"""The stateful machine: Hypothesis adds requests, aborts them and steps a system
+under test through the one driver (sut/driver.py), which runs the checks of the
+chosen mode (checks/suite.py) after every step and, at teardown, drains and runs
+the end-of-run checks.
 
-After every rule: the engine's events equal the model's (the model's token
-outcomes are fed from the engine), KV conservation holds on the engine's real
-block pool and in the model, budgets hold. At teardown it drains and checks:
-every request finishes (a repeating state is a livelock), nothing is held, steps
-and preemptions stay within the proved bounds, and outputs equal a run of the
-same workload without priority preemption.
+The first violation is the one reported: once a check fails, later rules and
+teardown do nothing, so a teardown failure can never replace it.
 """
 
 from __future__ import annotations
@@ -18,15 +15,20 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hypothesis import reject
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, precondition, rule
 
-from fuzz.adapter import TorchEngineAdapter
-from fuzz.session import AdapterFactory, Session, Violation
-from fuzz.strategies import VOCAB, request_bodies
+from checks.base import Violation
+from checks.suite import checks_for
+from fuzz.strategies import DEFAULT_SHAPE, VOCAB, Shape, request_bodies
 from model.config import Config
+from model.errors import WorkloadError
 from model.events import Event
 from model.workload import RequestSpec, Workload, save_workload
+from sut.driver import Driver
+from sut.protocol import Observation, SutFactory
+from sut.torch_sut import TorchSUT
 
 
 @dataclass
@@ -39,7 +41,7 @@ class Stats:
     branches: Counter = field(default_factory=Counter)
     first_failure_at: float | None = None
 
-    def note_events(self, events: list[Event]) -> None:
+    def note_step(self, events: list[Event], obs: Observation) -> None:
         """Scheduler branches, as far as events show them."""
         self.steps += 1
         for e in events:
@@ -56,8 +58,10 @@ class Stats:
 
 
 def write_counterexample(out: Path, workload: Workload, violation: Violation,
-                         trace: list[list[Event]], name: str | None = None) -> Path:
-    extra = {"property": violation.prop, "message": violation.message, "source": "loopcheck fuzz",
+                         trace: list[list[Event]], source: str, name: str | None = None) -> Path:
+    """A replayable counterexample file: the workload, the property, its message and
+    step, the trace, and for a livelock the cycle."""
+    extra = {"property": violation.prop, "message": violation.message, "step": violation.step, "source": source,
              "trace": [[e.to_json() for e in evs] for evs in trace]}
     if violation.cycle:
         extra["cycle"] = violation.cycle
@@ -70,7 +74,10 @@ def write_counterexample(out: Path, workload: Workload, violation: Violation,
 class LoopcheckMachine(RuleBasedStateMachine):
     """Bind with `machine_class`, which sets the class attributes below."""
 
-    adapter_factory: AdapterFactory = TorchEngineAdapter
+    factory: SutFactory = TorchSUT
+    mode: str = "lockstep"
+    source: str = "loopcheck fuzz"
+    shape: Shape = DEFAULT_SHAPE
     out_dir: Path | None = None
     stats: Stats = Stats()
     max_prompt: int = 6
@@ -80,73 +87,85 @@ class LoopcheckMachine(RuleBasedStateMachine):
     requests = Bundle("requests")
 
     def setup(self, config: Config, prefixes: tuple[tuple[int, ...], ...]) -> None:
+        cls = type(self)
         self.prefixes = prefixes
-        self.session = Session(config, type(self).adapter_factory, type(self).stats.note_events)
-        type(self).stats.examples += 1
+        try:
+            self.driver = Driver(cls.factory, config, checks_for(cls.mode), cls.stats.note_step)
+        except WorkloadError:
+            reject()   # the system refuses this config: draw another
+        cls.stats.examples += 1
 
     def guarded(self, action, *args) -> None:
-        """Run a session action; on a violation write the counterexample (the final,
-        shrunk failure overwrites earlier ones) and fail the test case."""
+        """Run a driver action; on the first violation write the counterexample (the
+        final, shrunk failure overwrites earlier ones) and fail the test case."""
         try:
             action(*args)
         except Violation as v:
             cls = type(self)
             if cls.stats.first_failure_at is None:
                 cls.stats.first_failure_at = time.monotonic() - cls.clock_start
-            if cls.out_dir is not None and self.session.specs:
-                write_counterexample(cls.out_dir, self.session.workload(), v, self.session.trace)
+            if cls.out_dir is not None:
+                write_counterexample(cls.out_dir, self.driver.workload(), v, self.driver.trace, cls.source)
                 (cls.out_dir / "last-failure.json").write_text(
                     json.dumps({"property": v.prop, "message": v.message}) + "\n")
             raise
 
+    def ok(self) -> bool:
+        return hasattr(self, "driver") and self.driver.failure is None
+
+    @precondition(lambda self: self.ok())
     @rule(target=requests, data=st.data())
     def add(self, data: st.DataObject) -> str:
         cls = type(self)
-        fields = data.draw(request_bodies(self.prefixes, cls.max_prompt, cls.max_tokens))
-        spec = RequestSpec(rid=f"q{len(self.session.specs)}", **fields)
-        self.guarded(self.session.add, spec)
+        fields = data.draw(request_bodies(self.prefixes, cls.max_prompt, cls.max_tokens, cls.shape,
+                                          self.driver.cfg.max_positions))
+        spec = RequestSpec(rid=f"q{len(self.driver.specs)}", **fields)
+        self.guarded(self.driver.add, spec)
         cls.stats.rules["add"] += 1
         return spec.rid
 
+    @precondition(lambda self: self.ok() and type(self).shape.aborts == "on"
+                  and self.driver.sut.capabilities.abort)
     @rule(rid=requests)
     def abort(self, rid: str) -> None:
-        self.guarded(self.session.abort, rid)
+        self.guarded(self.driver.abort, rid)
         type(self).stats.rules["abort"] += 1
 
+    @precondition(lambda self: self.ok())
     @rule(n=st.integers(1, 4))
     def advance(self, n: int) -> None:
         for _ in range(n):
-            self.guarded(self.session.step)
+            self.guarded(self.driver.step)
         type(self).stats.rules["step"] += 1
 
-    @invariant()
-    def kv_is_conserved(self) -> None:
-        if hasattr(self, "session"):
-            self.guarded(self.session.check_kv)
-
     def teardown(self) -> None:
-        if hasattr(self, "session"):
-            self.guarded(self.session.finish)
+        if self.ok():
+            self.guarded(self.driver.finish)
 
 
 PREFIXES = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=6).map(tuple),
                     min_size=1, max_size=2).map(tuple)
 
 
-def machine_class(configs: st.SearchStrategy[Config], adapter: AdapterFactory = TorchEngineAdapter,
-                  out_dir: Path | None = None, stats: Stats | None = None,
-                  max_prompt: int = 6, max_tokens: int = 5) -> type[LoopcheckMachine]:
-    """A machine class bound to a config strategy, an engine adapter, an output folder."""
+def machine_class(configs: st.SearchStrategy[Config], factory: SutFactory = TorchSUT, mode: str = "lockstep",
+                  out_dir: Path | None = None, stats: Stats | None = None, max_prompt: int = 6,
+                  max_tokens: int = 5, shape: Shape = DEFAULT_SHAPE, source: str = "loopcheck fuzz"
+                  ) -> type[LoopcheckMachine]:
+    """A machine class bound to a config strategy, a system, a check mode, an
+    output folder and a workload shape."""
 
     class BoundLoopcheckMachine(LoopcheckMachine):
         @initialize(config=configs, prefixes=PREFIXES)
         def start(self, config: Config, prefixes: tuple[tuple[int, ...], ...]) -> None:
             self.setup(config, prefixes)
 
-    BoundLoopcheckMachine.adapter_factory = staticmethod(adapter)  # type: ignore[assignment]
+    BoundLoopcheckMachine.factory = staticmethod(factory)  # type: ignore[assignment]
+    BoundLoopcheckMachine.mode = mode
     BoundLoopcheckMachine.out_dir = out_dir
     BoundLoopcheckMachine.stats = stats or Stats()
     BoundLoopcheckMachine.max_prompt = max_prompt
     BoundLoopcheckMachine.max_tokens = max_tokens
+    BoundLoopcheckMachine.shape = shape
+    BoundLoopcheckMachine.source = source
     BoundLoopcheckMachine.clock_start = time.monotonic()
     return BoundLoopcheckMachine

@@ -1,16 +1,18 @@
-"""A pytest plugin: the `loopcheck_machine` fixture runs the lockstep state
-machine against any engine behind the adapter protocol (fuzz/adapter.py).
+"""A pytest plugin: the `loopcheck_machine` fixture runs the stateful fuzzer
+against any system behind the SUT protocol (sut/protocol.py).
 
-    def test_my_engine(loopcheck_machine):
-        loopcheck_machine(MyAdapter, max_examples=50)
+    def test_my_scheduler(loopcheck_machine):
+        loopcheck_machine(MySchedulerAdapter, max_examples=50)
 
 Registered through the `pytest11` entry point, so installing loopcheck makes the
-fixture available to a user's own suite.
+fixture available to a user's own suite. On a failure it writes the shrunk
+counterexample file and names the command that replays it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,29 +20,48 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
+from checks.base import Violation
 from fuzz.machine import Stats, machine_class
-from fuzz.session import AdapterFactory
 from fuzz.strategies import configs
 from model.config import Config
+from sut.loader import capabilities_of
+from sut.protocol import SutFactory
 
 
-def run_machine(adapter: AdapterFactory, config_strategy: st.SearchStrategy[Config] | None = None,
+def factory_name(factory: SutFactory) -> str:
+    """How `--adapter` names this factory."""
+    return f"{factory.__module__}:{getattr(factory, '__qualname__', getattr(factory, '__name__', '?'))}"
+
+
+def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] | None = None,
                 max_examples: int = 50, steps: int = 20, derandomize: bool = True, shrink: bool = True,
-                **kw: Any) -> Stats:
-    """Run the lockstep machine; raise the first violated property (a
-    fuzz.session.Violation). Returns coverage. shrink=False skips Hypothesis'
-    shrinking (faster; the failing program is then not minimal)."""
+                mode: str | None = None, out_dir: Path | str = "loopcheck-failures", **kw: Any) -> Stats:
+    """Run the stateful fuzzer on a system; raise the first violated property (a
+    checks.base.Violation) after writing it to OUT_DIR/counterexample-PROP.json.
+    mode: "lockstep" (the system implements loopcheck's semantics) or "property";
+    default: lockstep exactly when the system declares those semantics. Configs are
+    drawn with the system's pinned fields. shrink=False skips Hypothesis' shrinking.
+    Returns coverage."""
+    caps = capabilities_of(factory)
+    mode = mode or ("lockstep" if caps.semantics == "loopcheck" else "property")
     stats = Stats()
-    machine = machine_class(config_strategy if config_strategy is not None else configs(), adapter, stats=stats,
-                            **kw)
+    out = Path(out_dir)
+    strategy = config_strategy if config_strategy is not None else configs(**caps.pinned)
+    machine = machine_class(strategy, factory, mode, out, stats, source=f"pytest loopcheck_machine ({mode})", **kw)
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=max_examples, stateful_step_count=steps, deadline=None, derandomize=derandomize,
-        database=None, suppress_health_check=list(HealthCheck), phases=phases, report_multiple_bugs=False))
+    try:
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=max_examples, stateful_step_count=steps, deadline=None, derandomize=derandomize,
+            database=None, suppress_health_check=list(HealthCheck), phases=phases, report_multiple_bugs=False))
+    except Violation as v:
+        path = out / f"counterexample-{v.prop}.json"
+        print(f"\nloopcheck: {v}\n  counterexample: {path}\n"
+              f"  replay: loopcheck replay {path} --adapter {factory_name(factory)} --check {mode}")
+        raise
     return stats
 
 
 @pytest.fixture
 def loopcheck_machine() -> Callable[..., Stats]:
-    """A function: loopcheck_machine(adapter_factory, config_strategy=None, max_examples=50, ...)."""
+    """A function: loopcheck_machine(factory, config_strategy=None, max_examples=50, ...)."""
     return run_machine

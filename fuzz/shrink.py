@@ -1,45 +1,79 @@
-"""Shrinking a failing recorded workload directly: drop requests, then shorten
-prompts and max_tokens, keeping each change only if replaying still breaks the
-same property. Cheaper than re-running Hypothesis' shrinker through whole
-stateful runs, and bounded in time."""
+"""Shrinking a failing recorded workload directly: drop requests, then drop
+aborts, shorten prompts and max_tokens, and move arrivals earlier, keeping each
+change only if replaying still breaks the same property. Bounded by work (a
+number of replays), never by wall-clock time, so the result is the same on any
+machine under any load."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from fuzz.session import AdapterFactory, Violation, replay_workload
-from model.workload import Workload
+from checks.base import Check, Violation
+from model.workload import RequestSpec, Workload
+from sut.driver import run_workload
+from sut.protocol import SutFactory
+
+
+def _with(w: Workload, i: int, r: RequestSpec | None) -> Workload:
+    reqs = list(w.requests)
+    if r is None:
+        del reqs[i]
+    else:
+        reqs[i] = r
+    return Workload(w.config, tuple(reqs))
+
+
+def _shifted(r: RequestSpec, by: int) -> RequestSpec:
+    return replace(r, arrival=r.arrival + by, abort_at=None if r.abort_at is None else r.abort_at + by)
+
+
+def _shift_from(w: Workload, step: int, by: int) -> Workload:
+    """Every request arriving at or after `step` arrives `by` steps later (earlier
+    when negative)."""
+    return Workload(w.config, tuple(_shifted(r, by) if r.arrival >= step else r for r in w.requests))
 
 
 def _candidates(w: Workload) -> Iterator[Workload]:
-    reqs = list(w.requests)
-    for i in range(len(reqs)):
-        yield Workload(w.config, tuple(reqs[:i] + reqs[i + 1:]))
-    for i, r in enumerate(reqs):
+    for i in range(len(w.requests)):
+        yield _with(w, i, None)
+        later = [r.arrival for r in w.requests if r.arrival > w.requests[i].arrival]
+        if later:   # drop it and move the requests after it, to keep the timing that matters
+            first = min(later)
+            for by in (-3, -2, -1, 1, 2, 3):
+                if first + by >= 0:
+                    yield _shift_from(_with(w, i, None), first, by)
+    for step in sorted({r.arrival for r in w.requests} - {0}):
+        yield _shift_from(w, step, -1)
+    for i, r in enumerate(w.requests):
         if r.abort_at is not None:
-            yield Workload(w.config, tuple(reqs[:i] + [replace(r, abort_at=None)] + reqs[i + 1:]))
-        for shorter in {len(r.prompt) // 2, len(r.prompt) - 1} - {0, len(r.prompt)}:
-            yield Workload(w.config, tuple(reqs[:i] + [replace(r, prompt=r.prompt[:shorter])] + reqs[i + 1:]))
-        for fewer in {r.max_tokens // 2, r.max_tokens - 1} - {0, r.max_tokens}:
-            yield Workload(w.config, tuple(reqs[:i] + [replace(r, max_tokens=fewer)] + reqs[i + 1:]))
+            yield _with(w, i, replace(r, abort_at=None))
+        for shorter in sorted({len(r.prompt) // 2, len(r.prompt) - 1} - {0, len(r.prompt)}):
+            yield _with(w, i, replace(r, prompt=r.prompt[:shorter]))
+        for fewer in sorted({r.max_tokens // 2, r.max_tokens - 1} - {0, r.max_tokens}):
+            yield _with(w, i, replace(r, max_tokens=fewer))
+        if r.arrival > 0:
+            yield _with(w, i, _shifted(r, -1))
 
 
-def shrink(w: Workload, prop: str, adapter_factory: AdapterFactory,
-           seconds: float = 30.0) -> tuple[Workload, Violation]:
-    """The smallest workload found (within `seconds`) that still violates `prop`."""
-    best, _ = replay_workload(w, adapter_factory)
+def shrink(w: Workload, prop: str, factory: SutFactory, checks: Callable[[], list[Check]],
+           max_replays: int = 400) -> tuple[Workload, Violation]:
+    """The smallest workload found within `max_replays` replays that still
+    violates `prop`; ValueError if `w` itself does not."""
+    best = run_workload(w, factory, checks()).violation
     if best is None or best.prop != prop:
         raise ValueError(f"the workload does not reproduce {prop!r}")
-    deadline = time.monotonic() + seconds
+    replays = 0
     improved = True
-    while improved and time.monotonic() < deadline:
+    while improved and replays < max_replays:
         improved = False
         for cand in _candidates(w):
-            if time.monotonic() >= deadline or not cand.requests:
+            if not cand.requests:
                 continue
-            v, _ = replay_workload(cand, adapter_factory)
+            if replays >= max_replays:
+                break
+            replays += 1
+            v = run_workload(cand, factory, checks()).violation
             if v is not None and v.prop == prop:
                 w, best, improved = cand, v, True
                 break

@@ -1,18 +1,74 @@
-"""Hypothesis strategies for configs, requests and workloads, sized to run fast.
+"""Hypothesis strategies for configs, requests and workloads, sized to run fast,
+and the workload shape a user can set.
 
-Exported for users' own tests: `configs()`, `requests()`, `workloads()`.
+Exported for users' own tests: `configs()`, `requests()`, `workloads()`, `Shape`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
 
 from model.config import Config
+from model.errors import WorkloadError
 from model.workload import RequestSpec, Workload
 
 VOCAB = 64
+ON, OFF = "on", "off"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Which workload features the fuzzer draws: each "on" (drawn), "off" (never)
+    or, where it takes a value, pinned to an integer.
+
+    priorities: request priorities 0..3, or all one value;
+    stop_tokens: stop tokens 0..4 on some requests, or one stop token on all;
+    aborts: aborts of submitted requests (on/off);
+    oversized: requests larger than the pool (on/off);
+    prefixes: prompts that share prefixes (on/off).
+    """
+
+    priorities: str | int = ON
+    stop_tokens: str | int = ON
+    aborts: str = ON
+    oversized: str = ON
+    prefixes: str = ON
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        """From "name=value,..." (value on, off, or an integer where allowed)."""
+        values: dict[str, Any] = {}
+        for item in filter(None, (p.strip() for p in text.split(","))):
+            name, sep, value = item.partition("=")
+            if not sep or name not in cls.__dataclass_fields__:
+                raise WorkloadError(f"--shape: expected NAME=on|off|INT with NAME one of "
+                                    f"{', '.join(cls.__dataclass_fields__)}, got {item!r}")
+            if value in (ON, OFF):
+                values[name] = value
+            elif name in ("priorities", "stop_tokens") and value.lstrip("-").isdigit():
+                values[name] = int(value)
+                if name == "stop_tokens" and values[name] < 0:
+                    raise WorkloadError(f"--shape: stop_tokens must be >= 0, got {value}")
+            else:
+                raise WorkloadError(f"--shape: {name} takes on, off"
+                                    f"{' or an integer' if name in ('priorities', 'stop_tokens') else ''}, "
+                                    f"got {value!r}")
+        return cls(**values)
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={getattr(self, k)}" for k in self.__dataclass_fields__)
+
+
+def _feature(value: str | int, drawn: st.SearchStrategy[Any], off: Any) -> st.SearchStrategy[Any]:
+    if value == ON:
+        return drawn
+    return st.just(off if value == OFF else value)
+
+
+DEFAULT_SHAPE = Shape()
 
 
 @st.composite
@@ -51,32 +107,47 @@ def configs(draw: st.DrawFn, **fixed: Any) -> Config:
 
 @st.composite
 def request_bodies(draw: st.DrawFn, prefixes: tuple[tuple[int, ...], ...] = (), max_prompt: int = 6,
-                   max_tokens: int = 5, stop_tokens: bool = True) -> dict[str, Any]:
+                   max_tokens: int = 5, shape: Shape = DEFAULT_SHAPE, pool_positions: int = 0) -> dict[str, Any]:
     """The parts of a request that do not depend on time: prompt (maybe starting
-    with one of `prefixes`, for prefix sharing), max_tokens, priority, stop token."""
-    head: tuple[int, ...] = draw(st.sampled_from(prefixes)) if prefixes and draw(st.booleans()) else ()
-    tail = tuple(draw(st.lists(st.integers(0, VOCAB - 1), min_size=0 if head else 1, max_size=max_prompt)))
-    return dict(prompt=(head + tail)[: max(max_prompt, len(head))], max_tokens=draw(st.integers(1, max_tokens)),
-                priority=draw(st.integers(0, 3)),
-                stop_token=draw(st.none() | st.integers(0, 4)) if stop_tokens else None)
+    with one of `prefixes`, for prefix sharing), max_tokens, priority, stop token.
+    With `pool_positions` (the most positions one request can hold) given, shape
+    oversized on makes some prompts longer than the pool, and off keeps every
+    request within it."""
+    use_prefix = prefixes and shape.prefixes == ON and draw(st.booleans())
+    head: tuple[int, ...] = draw(st.sampled_from(prefixes)) if use_prefix else ()
+    longest = max(max_prompt, len(head))
+    if shape.oversized == ON and pool_positions and draw(st.integers(0, 7)) == 0:
+        longest = pool_positions + 3
+        tail_len = st.integers(max(1, pool_positions + 1 - len(head)), longest)
+    else:
+        tail_len = st.integers(0 if head else 1, max_prompt)
+    n = draw(tail_len)
+    tail = tuple(draw(st.lists(st.integers(0, VOCAB - 1), min_size=n, max_size=n)))
+    prompt, tokens = (head + tail)[:longest], draw(st.integers(1, max_tokens))
+    if shape.oversized == OFF and pool_positions:   # every request fits the pool: prompt + tokens - 1 positions
+        prompt = prompt[:pool_positions]
+        tokens = max(1, min(tokens, pool_positions + 1 - len(prompt)))
+    return dict(prompt=prompt, max_tokens=tokens,
+                priority=draw(_feature(shape.priorities, st.integers(0, 3), 0)),
+                stop_token=draw(_feature(shape.stop_tokens, st.none() | st.integers(0, 4), None)))
 
 
 @st.composite
 def requests(draw: st.DrawFn, rid: str, max_arrival: int = 6,
-             prefixes: tuple[tuple[int, ...], ...] = ()) -> RequestSpec:
+             prefixes: tuple[tuple[int, ...], ...] = (), shape: Shape = DEFAULT_SHAPE) -> RequestSpec:
     """One request with an arrival step and maybe an abort step."""
     arrival = draw(st.integers(0, max_arrival))
-    return RequestSpec(rid=rid, arrival=arrival, abort_at=draw(st.none() | st.integers(arrival, arrival + 12)),
-                       **draw(request_bodies(prefixes)))
+    abort_at = draw(st.none() | st.integers(arrival, arrival + 12)) if shape.aborts == ON else None
+    return RequestSpec(rid=rid, arrival=arrival, abort_at=abort_at, **draw(request_bodies(prefixes, shape=shape)))
 
 
 @st.composite
 def workloads(draw: st.DrawFn, config: st.SearchStrategy[Config] | None = None,
-              max_requests: int = 5) -> Workload:
+              max_requests: int = 5, shape: Shape = DEFAULT_SHAPE) -> Workload:
     """A config and 1..max_requests requests, some sharing prompt prefixes."""
     cfg = draw(config if config is not None else configs())
     prefixes = tuple(tuple(draw(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=6)))
                      for _ in range(2))
     n = draw(st.integers(1, max_requests))
-    reqs = tuple(draw(requests(f"r{i}", prefixes=prefixes)) for i in range(n))
+    reqs = tuple(draw(requests(f"r{i}", prefixes=prefixes, shape=shape)) for i in range(n))
     return Workload(cfg, reqs)

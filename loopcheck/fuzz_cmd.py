@@ -1,48 +1,67 @@
-"""`loopcheck fuzz`: a time-boxed campaign of the stateful lockstep fuzzer."""
+"""`loopcheck fuzz`: a time-boxed campaign of the stateful fuzzer on a system."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from fuzz.campaign import BRANCHES, CampaignResult, main_progress, run_campaign
+from fuzz.strategies import Shape
+from loopcheck.options import add_adapter, add_check_mode, check_mode_of
 from loopcheck.report import banner
+from sut.loader import capabilities_of, load_factory
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", choices=("unguarded", "guarded"), default="guarded")
+    add_adapter(p, "torch")
+    add_check_mode(p)
+    p.add_argument("--policy", choices=("unguarded", "guarded"), default="guarded",
+                   help="config.preemption_policy of the drawn configs")
     p.add_argument("--budget-seconds", type=float, default=60.0)
     p.add_argument("--seed", type=int, help="default: a fresh random seed (printed)")
     p.add_argument("--out", default="loopcheck-fuzz", help="example database and counterexamples")
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--configs", choices=("regression", "random"), default="regression",
-                   help="the regression config, or random small configs covering every switch")
+    p.add_argument("--configs", choices=("regression", "random"), default=None,
+                   help="the regression config, or random small configs covering every switch (default: "
+                        "regression for systems with loopcheck's semantics, else random)")
+    p.add_argument("--shape", default="", metavar="NAME=on|off|INT,...",
+                   help=f"workload features: {', '.join(Shape.__dataclass_fields__)} (default all on)")
     p.add_argument("--db", help="example database: a folder (default OUT/db) or redis://host:port/n")
     p.add_argument("--json", action="store_true")
 
 
-def _worker(args: tuple) -> CampaignResult:
-    policy, budget, seed_value, out, mode, db, progress = args
-    return run_campaign(policy, budget, seed_value, Path(out), mode, db,
-                        progress=main_progress if progress else None)
+def _worker(job: tuple) -> CampaignResult:
+    adapter, check, policy, budget, seed_value, out, mode, db, shape, progress = job
+    return run_campaign(policy, budget, seed_value, Path(out), mode, db, load_factory(adapter), check,
+                        Shape.parse(shape), progress=main_progress if progress else None)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Fuzz the engine against the reference model (exit 1 on a counterexample)."""
-    if args.budget_seconds <= 0 or args.workers < 1:
-        print("loopcheck fuzz: error: --budget-seconds must be > 0 and --workers >= 1", file=sys.stderr)
+    """Fuzz a system: property checks, and lockstep with the reference model where
+    the system shares its semantics (exit 1 on a counterexample)."""
+    if not (math.isfinite(args.budget_seconds) and args.budget_seconds > 0) or args.workers < 1:
+        print("loopcheck fuzz: error: --budget-seconds must be a finite number > 0 and --workers >= 1",
+              file=sys.stderr)
         return 2
+    shape = Shape.parse(args.shape)
+    caps = capabilities_of(load_factory(args.adapter))
+    check = check_mode_of(args, caps.semantics)
+    configs = args.configs or ("regression" if caps.semantics == "loopcheck" else "random")
     seed_value = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    argv = ["fuzz", "--policy", args.policy, "--budget-seconds", f"{args.budget_seconds:g}", "--seed",
-            str(seed_value), "--out", args.out, "--configs", args.configs, "--workers", str(args.workers)]
+    argv = ["fuzz", "--adapter", args.adapter, "--check", check, "--policy", args.policy, "--budget-seconds",
+            f"{args.budget_seconds:g}", "--seed", str(seed_value), "--out", args.out, "--configs", configs,
+            "--workers", str(args.workers), "--shape", str(shape)]
+    argv += ["--db", args.db] if args.db else []
+    argv += ["--json"] if args.json else []
     banner(seed_value, argv, sys.stderr)
-    jobs = [(args.policy, args.budget_seconds, seed_value + 100_003 * w, str(Path(args.out) / f"w{w}"),
-             args.configs, args.db or str(Path(args.out) / "db"), not args.json)
-            for w in range(args.workers)]
+    jobs = [(args.adapter, check, args.policy, args.budget_seconds, seed_value + 100_003 * w,
+             str(Path(args.out) / f"w{w}"), configs, args.db or str(Path(args.out) / "db"), str(shape),
+             not args.json) for w in range(args.workers)]
     if args.workers == 1:
         results = [_worker(jobs[0])]
     else:
@@ -50,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
             results = list(pool.map(_worker, jobs))
     failed = [r for r in results if r.violation is not None]
     summary = {
-        "policy": args.policy, "seed": seed_value, "workers": args.workers,
-        "examples": sum(r.stats.examples for r in results), "steps": sum(r.stats.steps for r in results),
+        "adapter": args.adapter, "check": check, "policy": args.policy, "seed": seed_value,
+        "workers": args.workers, "examples": sum(r.stats.examples for r in results),
+        "steps": sum(r.stats.steps for r in results),
         "branches_covered": sorted({b for r in results for b in BRANCHES if r.stats.branches[b]}),
         "counterexamples": [{"property": r.violation.prop, "message": r.violation.message,
                              "file": str(r.counterexample), "requests": r.requests,
@@ -64,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
               f"{len(summary['branches_covered'])}/{len(BRANCHES)}: {' '.join(summary['branches_covered'])}")
         for c in summary["counterexamples"]:
             print(f"COUNTEREXAMPLE {c['property']}: {c['message']}\n  found after {c['time_to_failure']:.1f}s, "
-                  f"shrunk to {c['requests']} requests: {c['file']}\n  replay: loopcheck replay {c['file']}")
+                  f"shrunk to {c['requests']} requests: {c['file']}\n"
+                  f"  replay: loopcheck replay {c['file']} --adapter {args.adapter} --check {check}")
         if not failed:
-            print(f"no counterexample in {args.budget_seconds:g}s (policy {args.policy})")
+            print(f"no counterexample in {args.budget_seconds:g}s ({args.adapter}, {check} checks, "
+                  f"policy {args.policy})")
     return 1 if failed else 0

@@ -1,6 +1,6 @@
-"""`loopcheck replay`: replay a counterexample step by step on the model, the
-engine or both, showing only what changes, marking the cycle, and (with both)
-the first step where they diverge."""
+"""`loopcheck replay`: replay a counterexample (or any workload) step by step on a
+system through the same driver and checks that found it, showing what changes,
+marking the cycle, and reporting the violation it reproduces."""
 
 from __future__ import annotations
 
@@ -8,20 +8,26 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass, field
-from typing import Any
 
+from checks.base import Violation
+from checks.suite import checks_for
+from loopcheck.options import add_adapter, add_check_mode, check_mode_of, factory_of
 from loopcheck.report import banner
 from loopcheck.simulate_cmd import prepare
 from model.errors import WorkloadError
 from model.events import Event
 from model.workload import Workload
+from sut.driver import run_workload
+from sut.loader import capabilities_of
+from sut.protocol import Observation
 
 
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="counterexample or workload JSON (loopcheck/workload@1)")
-    p.add_argument("--engine", choices=("model", "torch", "both"), default="both")
+    add_adapter(p, "model")
+    add_check_mode(p)
     p.add_argument("--max-steps", type=int, default=None,
-                   help="default: two turns of the file's cycle, else 500")
+                   help="stop after this many steps (default: the checks' own step cap)")
     p.add_argument("--policy", choices=("unguarded", "guarded"))
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", metavar="PNG", help="draw finished, preemptions and blocks held per step")
@@ -29,155 +35,142 @@ def register(p: argparse.ArgumentParser) -> None:
 
 @dataclass
 class Replay:
-    """What a replay saw, per step."""
+    """What a replay saw, per step, and the violation it reproduced."""
 
     events: list[list[Event]] = field(default_factory=list)
     held: list[int] = field(default_factory=list)
     finished: list[int] = field(default_factory=list)
     preemptions: list[int] = field(default_factory=list)
-    repeat: tuple[int, int] | None = None      # (first step of the cycle, period)
-    divergence: str | None = None
+    violation: Violation | None = None
     drained: bool = False
+    skipped: dict[str, str] = field(default_factory=dict)
 
-    def record(self, events: list[Event], held: int) -> None:
+    def record(self, events: list[Event], obs: Observation) -> None:
         done = sum(e.kind == "finish" for e in events) + (self.finished[-1] if self.finished else 0)
         pre = sum(e.kind == "preempt" for e in events) + (self.preemptions[-1] if self.preemptions else 0)
         self.events.append(events)
-        self.held.append(held)
+        self.held.append(obs.blocks_held)
         self.finished.append(done)
         self.preemptions.append(pre)
 
 
-def replay(workload: Workload, engine: str, max_steps: int) -> Replay:
-    """Step the chosen side(s); detect a repeating model state after the last
-    arrival; with both, stop at the first divergence."""
-    from model.reference import step
-    from model.simulate import WorkloadEnv
-    from model.state import FINISHED, initial_state
-
-    cfg = workload.config
-    out = Replay()
-    state = initial_state(cfg.num_blocks, len(workload.requests))
-    model_env: Any = WorkloadEnv(workload)
-    eng = None
-    if engine in ("torch", "both"):
-        from engine.llm_engine import LLMEngine
-        from engine.simulate import drive
-        from fuzz.lockstep import EngineFedEnv, compare_step
-
-        eng = LLMEngine(cfg)
-        if engine == "both":
-            model_env = EngineFedEnv(workload)
-    last_arrival = max((r.arrival for r in workload.requests), default=0)
-    seen: dict[Any, int] = {}
-    for t in range(max_steps):
-        if eng is not None:
-            eng_events = drive(eng, workload)
-        if engine == "torch":
-            out.record(eng_events, eng.blocks_held())
-        else:
-            if engine == "both":
-                model_env.feed(eng_events)
-            state, model_events = step(state, model_env)
-            out.record(model_events, state.blocks_held(cfg.num_blocks, cfg.planes))
-            if engine == "both":
-                bad = compare_step(t, model_events, eng_events, state, eng.blocks_held(),
-                                   eng.conservation_errors(), cfg)
-                if bad:
-                    out.divergence = bad.describe()
-                    return out
-        if engine == "torch":
-            key: Any = eng.state_key()
-            out.drained = t >= last_arrival and not eng.has_unfinished()
-        else:
-            key = (state.reqs, state.free, state.cache, state.guard)
-            out.drained = all(r.status == FINISHED for r in state.reqs)
-        if out.drained:
-            return out
-        if t >= last_arrival and out.repeat is None:
-            if key in seen:
-                out.repeat = (seen[key] + 1, t - seen[key])
-            seen[key] = t
-    return out
+def replay(workload: Workload, args: argparse.Namespace, mode: str) -> Replay:
+    rep = Replay()
+    run = run_workload(workload, factory_of(args), checks_for(mode), args.max_steps, rep.record)
+    rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped
+    return rep
 
 
-def render(workload: Workload, rep: Replay, cycle: dict[str, int] | None) -> str:
+def render(workload: Workload, rep: Replay) -> str:
     lines = []
-    start = rep.repeat[0] if rep.repeat else (cycle or {}).get("start")
-    period = rep.repeat[1] if rep.repeat else (cycle or {}).get("length")
-    shown_cycles = 0
+    cycle = rep.violation.cycle if rep.violation else None
+    start, period = (cycle["start"], cycle["length"]) if cycle else (None, None)
+    quiet_from = None
     for t, events in enumerate(rep.events):
         if start is not None and period and t >= start and (t - start) % period == 0:
-            shown_cycles += 1
-            if shown_cycles > 2:
-                lines.append(f"... the cycle repeats every {period} steps (elided)")
-                break
-            lines.append(f"--- cycle {'starts' if shown_cycles == 1 else 'repeats'} at step {t} "
-                         f"(period {period}) ---")
+            lines.append(f"--- cycle {'starts' if t == start else 'repeats'} at step {t} (period {period}) ---")
+        if not events:
+            quiet_from = t if quiet_from is None else quiet_from
+            if t + 1 < len(rep.events):
+                continue
+        if quiet_from is not None:
+            lines.append(f"step {quiet_from:4d}{'..' + str(t if not events else t - 1) if t - quiet_from > 1 else ''}"
+                         f"  held {rep.held[quiet_from]}  (no events)")
+            quiet_from = None
+            if not events:
+                continue
         delta = rep.held[t] - (rep.held[t - 1] if t else 0)
         held = f"held {rep.held[t]} ({delta:+d})" if delta else f"held {rep.held[t]}"
-        text = " ".join(map(str, events)) if events else "(nothing changes)"
-        lines.append(f"step {t:4d}  {held:14s} {text}")
-    if rep.divergence:
-        lines.append("DIVERGENCE " + rep.divergence)
-    verdict = ("drained" if rep.drained else
-               f"not drained after {len(rep.events)} steps" + (" (livelock: state repeats)" if rep.repeat else ""))
-    lines.append(f"{verdict}; finished {rep.finished[-1] if rep.finished else 0}/{len(workload.requests)}, "
+        lines.append(f"step {t:4d}  {held:14s} {' '.join(map(str, events))}")
+    v = rep.violation
+    verdict = (f"REPRODUCED {v.prop} at step {v.step}: {v.message}" if v else
+               "drained: no check failed" if rep.drained else f"not drained after {len(rep.events)} steps")
+    lines.append(f"{verdict}\nfinished {rep.finished[-1] if rep.finished else 0}/{len(workload.requests)}, "
                  f"preemptions {rep.preemptions[-1] if rep.preemptions else 0}, "
                  f"blocks held {rep.held[-1] if rep.held else 0}")
+    if rep.skipped:
+        lines.append("checks not run: " + "; ".join(f"{k} ({why})" for k, why in rep.skipped.items()))
     return "\n".join(lines)
 
 
-def plot(rep: Replay, path: str) -> None:
+def check_plot_path(path: str) -> None:
+    """Refuse a plot path that cannot be written, before the replay runs."""
+    from pathlib import Path
+
+    target = Path(path)
+    if target.suffix.lower() != ".png":
+        raise WorkloadError(f"--plot: must name a .png file, got {path!r}")
+    if not target.parent.is_dir():
+        raise WorkloadError(f"--plot: folder {str(target.parent)!r} does not exist")
     try:
-        import matplotlib
+        import matplotlib  # noqa: F401
     except ImportError as exc:
         raise WorkloadError("--plot: needs matplotlib (python3 -m pip install matplotlib)") from exc
+
+
+def plot(workload: Workload, rep: Replay, path: str) -> None:
+    import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
     steps = range(len(rep.events))
-    ax.plot(steps, rep.finished, label="finished requests")
-    ax.plot(steps, rep.preemptions, label="preemptions (cumulative)")
-    ax.plot(steps, rep.held, label="KV blocks held")
-    if rep.repeat:
-        ax.axvline(rep.repeat[0], color="red", linestyle=":", label="cycle starts")
-    ax.set_xlabel("step")
-    ax.legend()
+    top.plot(steps, rep.finished, label="finished requests")
+    top.plot(steps, rep.preemptions, label="preemptions (cumulative)")
+    top.set_ylabel("count")
+    top.legend(loc="upper left")
+    bottom.plot(steps, rep.held, color="tab:green", label="KV blocks held")
+    bottom.set_ylabel("blocks held")
+    bottom.set_xlabel("step")
+    cycle = rep.violation.cycle if rep.violation else None
+    if cycle:
+        for ax in (top, bottom):
+            ax.axvline(cycle["start"], color="red", linestyle=":")
+    cfg = workload.config
+    what = rep.violation.prop if rep.violation else ("drained" if rep.drained else "not drained")
+    fig.suptitle(f"replay: {len(workload.requests)} requests, policy {cfg.preemption_policy}: {what}")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
-def argv_of(args: argparse.Namespace) -> list[str]:
-    out = ["replay", args.file, "--engine", args.engine]
+def argv_of(args: argparse.Namespace, mode: str) -> list[str]:
+    out = ["replay", args.file, "--adapter", args.adapter, "--check", mode]
     out += ["--max-steps", str(args.max_steps)] if args.max_steps else []
     out += ["--policy", args.policy] if args.policy else []
     return out
 
 
 def run(args: argparse.Namespace) -> int:
-    """Replay a counterexample step by step (exit 1 when the failure reproduces)."""
-    args.workload, args.no_preemption = args.file, False
-    workload = prepare(args)
-    cycle = workload.extra.get("cycle")
-    max_steps = args.max_steps or (cycle["start"] + 2 * cycle["length"] + 1 if cycle else 500)
-    if max_steps < 1:
+    """Replay a counterexample step by step (exit 1 when a violation reproduces or
+    it does not drain)."""
+    if args.max_steps is not None and args.max_steps < 1:
         print("loopcheck replay: error: --max-steps: must be >= 1", file=sys.stderr)
         return 2
-    banner(workload.config.model_seed, argv_of(args), sys.stderr if args.json else None)
-    rep = replay(workload, args.engine, max_steps)
     if args.plot:
-        plot(rep, args.plot)
+        check_plot_path(args.plot)
+    args.workload, args.no_preemption = args.file, False
+    workload = prepare(args)
+    mode = check_mode_of(args, capabilities_of(factory_of(args), workload.config).semantics)
+    banner(workload.config.model_seed, argv_of(args, mode), sys.stderr if args.json else None)
+    rep = replay(workload, args, mode)
+    if args.plot:
+        plot(workload, rep, args.plot)
     if args.json:
+        v = rep.violation
         print(json.dumps({"steps": len(rep.events), "drained": rep.drained,
-                          "cycle": {"start": rep.repeat[0], "length": rep.repeat[1]} if rep.repeat else None,
-                          "divergence": rep.divergence, "finished": rep.finished[-1] if rep.finished else 0,
+                          "violation": {"property": v.prop, "message": v.message, "step": v.step,
+                                        "cycle": v.cycle} if v else None,
+                          "expected": workload.extra.get("property"),
+                          "finished": rep.finished[-1] if rep.finished else 0,
                           "preemptions": rep.preemptions[-1] if rep.preemptions else 0,
-                          "kv_blocks_held": rep.held[-1] if rep.held else 0,
+                          "kv_blocks_held": rep.held[-1] if rep.held else 0, "checks_not_run": rep.skipped,
                           "trace": [[e.to_json() for e in evs] for evs in rep.events]}))
     else:
-        print(render(workload, rep, cycle))
-    return 0 if rep.drained and not rep.divergence else 1
+        print(render(workload, rep))
+        expected = workload.extra.get("property")
+        if expected and (rep.violation is None or rep.violation.prop != expected):
+            print(f"note: the file records {expected!r}; this replay "
+                  f"{'found ' + repr(rep.violation.prop) if rep.violation else 'found no violation'}")
+    return 1 if rep.violation or not rep.drained else 0

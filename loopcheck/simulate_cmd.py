@@ -1,4 +1,4 @@
-"""`loopcheck simulate`: run a workload to drain or to the step cap."""
+"""`loopcheck simulate`: run a workload on a system to drain or to the step cap."""
 
 from __future__ import annotations
 
@@ -6,14 +6,16 @@ import argparse
 import json
 import sys
 
+from loopcheck.options import add_adapter, factory_of
 from loopcheck.report import banner, table
-from model.simulate import SimResult, simulate_model
+from model.simulate import SimResult
 from model.workload import Workload, load_workload
+from sut.simulate import simulate
 
 
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", help="workload or counterexample JSON (loopcheck/workload@1)")
-    p.add_argument("--engine", choices=("model", "torch"), default="model")
+    add_adapter(p, "model")
     p.add_argument("--max-steps", type=int, default=500)
     p.add_argument("--policy", choices=("unguarded", "guarded"),
                    help="override config.preemption_policy")
@@ -34,16 +36,8 @@ def prepare(args: argparse.Namespace) -> Workload:
     return workload.with_config(**changes) if changes else workload
 
 
-def simulate(workload: Workload, engine: str, max_steps: int, keep_trace: bool) -> SimResult:
-    if engine == "torch":
-        from engine.simulate import simulate_engine
-
-        return simulate_engine(workload, max_steps, keep_trace=keep_trace)
-    return simulate_model(workload, max_steps, keep_trace=keep_trace)
-
-
 def argv_of(args: argparse.Namespace) -> list[str]:
-    out = ["simulate", args.workload, "--engine", args.engine, "--max-steps", str(args.max_steps)]
+    out = ["simulate", args.workload, "--adapter", args.adapter, "--max-steps", str(args.max_steps)]
     if args.policy:
         out += ["--policy", args.policy]
     if args.no_preemption:
@@ -52,34 +46,39 @@ def argv_of(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a workload on the reference model or the torch engine."""
+    """Run a workload on a system (exit 1 if it does not drain or crashes)."""
     if args.max_steps < 1:
         print("loopcheck simulate: error: --max-steps: must be >= 1", file=sys.stderr)
         return 2
     workload = prepare(args)
-    result = simulate(workload, args.engine, args.max_steps, args.trace)
+    factory = factory_of(args)
     banner(workload.config.model_seed, argv_of(args), sys.stderr if args.json else None)
+    result, crashed = simulate(workload, factory, args.max_steps, args.adapter, args.trace)
     if args.json:
-        print(json.dumps(result.to_json(with_trace=args.trace)))
+        out = result.to_json(with_trace=args.trace)
+        out["crash"] = crashed.message if crashed else None
+        print(json.dumps(out))
     else:
         print(render(result))
-    return 0 if result.drained else 1
+        if crashed:
+            print(f"CRASH at step {crashed.step}: {crashed.message}")
+    return 0 if result.drained and not crashed else 1
 
 
 def render(result: SimResult) -> str:
     cfg = result.workload.config
     rows = []
     for spec in result.workload.requests:
-        out = result.outputs[spec.rid]
-        depths = " ".join(map(str, out.exit_depths[:12]))
-        if len(out.exit_depths) > 12:
+        out = result.outputs.get(spec.rid)
+        depths = " ".join(map(str, out.exit_depths[:12])) if out else ""
+        if out and len(out.exit_depths) > 12:
             depths += " ..."
         rows.append([spec.rid, spec.priority, spec.arrival, len(spec.prompt),
-                     out.finish_reason or "-", len(out.token_ids), depths])
+                     (out.finish_reason if out else None) or "-", len(out.token_ids) if out else 0, depths])
     head = table(["id", "prio", "arrival", "prompt", "finish", "tokens", "exit depths"], rows)
     c = result.counters
     verdict = "drained" if result.drained else f"NOT drained after {c.steps} steps (liveness failure)"
-    return (f"{head}\n\nengine={result.engine} policy={cfg.preemption_policy} "
-            f"finished {result.finished}/{len(result.outputs)} in {c.steps} steps; "
+    return (f"{head}\n\nsystem={result.engine} policy={cfg.preemption_policy} "
+            f"finished {result.finished}/{len(result.workload.requests)} in {c.steps} steps; "
             f"preemptions {c.preemptions} (futile {c.futile_preemptions}), resumptions "
             f"{c.resumptions}, kv blocks held {result.kv_blocks_held}: {verdict}")

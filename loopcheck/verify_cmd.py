@@ -1,11 +1,14 @@
-"""`loopcheck verify`: the main job on the built-in default (the regression's
-config): prove, explore the small configurations, and a short fuzz campaign of
-both policies; one verdict table; exit 0 only if the guarded policy holds
-everywhere and the unguarded livelock is found by every tool."""
+"""`loopcheck verify`: the main job. On loopcheck's own engine (the default): prove,
+explore the small configurations, and short fuzz campaigns of both policies on the
+regression's config; exit 0 only if the guarded policy holds everywhere and the
+unguarded livelock is found by every tool. On another system (`--adapter`):
+property-mode fuzz campaigns on random configs it supports; exit 0 only if no
+property breaks."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 import tempfile
@@ -13,6 +16,7 @@ import time
 from pathlib import Path
 
 from fuzz.campaign import main_progress, run_campaign
+from loopcheck.options import add_adapter
 from loopcheck.report import banner, table
 from model.explore import explore
 from model.liveness import analyse
@@ -27,6 +31,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fuzz-seconds", type=float, default=15.0, help="budget per campaign (three campaigns)")
     p.add_argument("--seed", type=int, help="fuzz seed (default: fresh, printed)")
     p.add_argument("--out", help="folder for counterexamples (default: a temporary folder)")
+    add_adapter(p, "torch")
 
 
 Row = list[object]
@@ -67,8 +72,7 @@ def fuzz_rows(seconds: float, seed_value: int, out: Path) -> list[Row]:
     rows: list[Row] = []
     for policy, mode in (("guarded", "regression"), ("guarded", "random"), ("unguarded", "regression")):
         main_progress(f"  fuzz {policy} on {mode} configs for {seconds:g}s ...")
-        result = run_campaign(policy, seconds, seed_value, out / f"{policy}-{mode}", mode,
-                              shrink_seconds=min(30.0, seconds), progress=main_progress)
+        result = run_campaign(policy, seconds, seed_value, out / f"{policy}-{mode}", mode, progress=main_progress)
         v = result.violation
         if policy == "guarded":
             ok = v is None
@@ -82,22 +86,47 @@ def fuzz_rows(seconds: float, seed_value: int, out: Path) -> list[Row]:
     return rows
 
 
+def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path) -> list[Row]:
+    """Property-mode campaigns on another system: random configs it supports, with
+    and without priority preemption."""
+    from loopcheck.options import factory_of
+
+    rows: list[Row] = []
+    factory = factory_of(argparse.Namespace(adapter=adapter))
+    for preempt in (True, False):
+        label = f"properties, random configs, priority preemption {'on' if preempt else 'off'}"
+        main_progress(f"  fuzz {adapter}: {label} for {seconds:g}s ...")
+        result = run_campaign("guarded", seconds, seed_value, out / f"preemption-{preempt}", "random",
+                              factory=factory, check_mode="property", progress=main_progress,
+                              fixed={"priority_preemption": preempt})
+        v = result.violation
+        status = f"clean: {result.stats.examples} examples" if v is None else f"{v.prop}: {result.counterexample}"
+        rows.append([label, "fuzz", status, "ok" if v is None else "FAIL", f"{result.seconds:.2f}"])
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
-    """The main job: prove, explore and fuzz the built-in default; one verdict table."""
-    if args.fuzz_seconds <= 0:
-        print("loopcheck verify: error: --fuzz-seconds must be > 0", file=sys.stderr)
+    """The main job: prove, explore and fuzz; one verdict table."""
+    if not (math.isfinite(args.fuzz_seconds) and args.fuzz_seconds > 0):
+        print("loopcheck verify: error: --fuzz-seconds must be a finite number > 0", file=sys.stderr)
         return 2
     seed_value = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    argv = ["verify", "--fuzz-seconds", f"{args.fuzz_seconds:g}", "--seed", str(seed_value)]
+    argv = ["verify", "--fuzz-seconds", f"{args.fuzz_seconds:g}", "--seed", str(seed_value), "--adapter", args.adapter]
     argv += ["--out", args.out] if args.out else []
     banner(seed_value, argv)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="loopcheck-verify-"))
-    rows = prove_rows() + explore_rows() + fuzz_rows(args.fuzz_seconds, seed_value, out)
+    if args.adapter == "torch":
+        rows = prove_rows() + explore_rows() + fuzz_rows(args.fuzz_seconds, seed_value, out)
+    else:
+        rows = adapter_rows(args.adapter, args.fuzz_seconds, seed_value, out)
     print(table(["obligation", "tool", "result", "", "seconds"], rows))
     failed = [r for r in rows if r[3] != "ok"]
     if failed:
         print(f"VERDICT: FAIL ({len(failed)} of {len(rows)} checks); counterexamples under {out}")
         return 1
+    if args.adapter != "torch":
+        print(f"VERDICT: PASS: no property broke on {args.adapter} (files under {out})")
+        return 0
     print(f"VERDICT: PASS: the guarded policy holds in every check and the unguarded livelock is found "
           f"by prove, explore and fuzz (files under {out})")
     return 0

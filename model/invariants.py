@@ -40,21 +40,28 @@ def state_violations(state: SchedState, cfg: Config) -> list[str]:
     return out
 
 
+def batch_tokens(events: list[Event]) -> int:
+    """Token-budget cost of one step, read from its events: each prefill event costs
+    its chunk's length; a decode row costs one token, except a first token, which
+    rides on its prefill row."""
+    tokens = 0
+    prefilled = {e.rid for e in events if e.kind == "prefill"}
+    decoded: set[str] = set()
+    for e in events:
+        if e.kind == "prefill":
+            tokens += e.args[1] - e.args[0]
+        elif e.kind == "token" and e.rid not in prefilled and e.rid not in decoded:
+            tokens += 1
+            decoded.add(e.rid)
+    return tokens
+
+
 def step_violations(before: SchedState, after: SchedState, events: list[Event],
                     workload: Workload) -> list[str]:
     """Token budget and frontier monotonicity across one step."""
     cfg = workload.config
     out: list[str] = []
-    tokens = 0
-    seen_rows: set[str] = set()
-    for e in events:
-        if e.kind == "prefill":
-            tokens += e.args[1] - e.args[0]
-        elif e.kind == "token" and e.rid not in seen_rows:
-            # a first token rides on its prefill row; a decode row costs one token
-            prefilled = any(x.kind == "prefill" and x.rid == e.rid for x in events)
-            tokens += 0 if prefilled else 1
-        seen_rows.add(e.rid)
+    tokens = batch_tokens(events)
     if tokens > cfg.max_num_batched_tokens:
         out.append(f"batch tokens {tokens} > max_num_batched_tokens {cfg.max_num_batched_tokens}")
     rewound = {e.rid for e in events if e.kind == "preempt" and not e.args[1]}

@@ -1,34 +1,52 @@
-"""Running a workload on the reference model: environment, run loop, results."""
+"""The reference model's environment, run totals and the result of a run."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from model.events import Event, RequestOutput, TokenOutcome
-from model.reference import step
-from model.state import FINISHED, SchedState, initial_state
-from model.workload import Workload
+from model.workload import RequestSpec, Workload
 
 
 class WorkloadEnv:
-    """The model's environment for a fixed workload.
+    """The model's environment: the requests submitted so far, aborts, and token
+    outcomes.
 
-    Aborts come from each request's `abort_at`. Token IDs come from
-    `script_tokens` (cycled) or are abstract (the token's index mod vocab_size);
-    exit depths of tokens after the first come from `script_exit_depths` (cycled)
-    or are num_loops. The first token always exits at full depth.
+    Aborts come from each request's `abort_at`, plus those requested through
+    `abort_now`. Token outcomes are either fed from another system's events of the
+    same step (`feed`, for lockstep runs: any token that system did not produce
+    comes out as the impossible outcome (-1, -1), so the comparison fails there), or
+    scripted: IDs from `script_tokens` (cycled) or abstract (the token's index mod
+    vocab_size); exit depths of tokens after the first from `script_exit_depths`
+    (cycled) or num_loops. The first token always exits at full depth.
     """
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
         self._specs = {r.rid: r for r in workload.requests}
+        self._extra_aborts: dict[int, set[str]] = {}
+        self._fed: dict[tuple[str, int], TokenOutcome] | None = None
+
+    def submit(self, spec: RequestSpec) -> None:
+        """Append one request to the workload."""
+        self.workload = Workload(self.workload.config, self.workload.requests + (spec,))
+        self._specs[spec.rid] = spec
+
+    def abort_now(self, rid: str, step: int) -> None:
+        self._extra_aborts.setdefault(step, set()).add(rid)
+
+    def feed(self, events: list[Event]) -> None:
+        """Take this step's token outcomes from another system's events."""
+        self._fed = {(e.rid, e.args[0]): TokenOutcome(e.args[1], e.args[2]) for e in events if e.kind == "token"}
 
     def aborts(self, step: int) -> frozenset[str]:
-        return frozenset(r.rid for r in self.workload.requests if r.abort_at == step)
+        due = frozenset(r.rid for r in self.workload.requests if r.abort_at == step)
+        return due | self._extra_aborts.get(step, set())
 
     def outcome(self, rid: str, index: int) -> TokenOutcome:
+        if self._fed is not None:
+            return self._fed.get((rid, index), TokenOutcome(-1, -1))
         spec, cfg = self._specs[rid], self.workload.config
         token = (spec.script_tokens[index % len(spec.script_tokens)] if spec.script_tokens
                  else index % cfg.vocab_size)
@@ -49,23 +67,23 @@ class Counters:
 
     def fold(self, events: list[Event]) -> None:
         """Count one step's events. A preemption is futile when the request it was
-        made for does no work in the same step."""
+        made for (when the system names it) does no work in the same step."""
         self.steps += 1
         worked = {e.rid for e in events if e.kind in ("prefill", "token")}
         for e in events:
             if e.kind == "preempt":
                 self.preemptions += 1
-                if e.args[0] != e.rid and e.args[0] not in worked:
+                if e.args[0] is not None and e.args[0] != e.rid and e.args[0] not in worked:
                     self.futile_preemptions += 1
             elif e.kind == "resume":
                 self.resumptions += 1
 
 
 def fold_outputs(outputs: dict[str, RequestOutput], events: list[Event]) -> None:
-    """Apply one step's events to per-request outputs (a preemption without snapshot
-    discards the tokens, which are generated again)."""
+    """Apply one step's events to per-request outputs (a preemption that does not
+    keep the generated tokens discards them; they are generated again)."""
     for e in events:
-        out = outputs[e.rid]
+        out = outputs.setdefault(e.rid, RequestOutput(e.rid, [], [], None))
         if e.kind == "token":
             out.token_ids.append(e.args[1])
             out.exit_depths.append(e.args[2])
@@ -87,7 +105,7 @@ class SimResult:
     kv_blocks_held: int
     drained: bool
     trace: list[list[Event]] = field(default_factory=list)
-    fingerprints: dict[str, str] = field(default_factory=dict)  # engine runs only
+    fingerprints: dict[str, str] = field(default_factory=dict)  # where the system reports them
 
     @property
     def finished(self) -> int:
@@ -109,31 +127,3 @@ class SimResult:
         return out
 
 
-def drained(state: SchedState) -> bool:
-    return all(r.status == FINISHED for r in state.reqs)
-
-
-def model_steps(workload: Workload) -> Iterator[tuple[SchedState, list[Event]]]:
-    """Endless (state, events) after each step of the reference model."""
-    env = WorkloadEnv(workload)
-    state = initial_state(workload.config.num_blocks, len(workload.requests))
-    while True:
-        state, events = step(state, env)
-        yield state, events
-
-
-def simulate_model(workload: Workload, max_steps: int, keep_trace: bool = False) -> SimResult:
-    """Run the reference model until drained or `max_steps` steps."""
-    cfg = workload.config
-    counters = Counters()
-    outputs = {r.rid: RequestOutput(r.rid, [], [], None) for r in workload.requests}
-    trace: list[list[Event]] = []
-    for state, events in model_steps(workload):
-        counters.fold(events)
-        fold_outputs(outputs, events)
-        if keep_trace:
-            trace.append(events)
-        if drained(state) or counters.steps >= max_steps:
-            break
-    return SimResult(workload, "model", counters, outputs,
-                     state.blocks_held(cfg.num_blocks, cfg.planes), drained(state), trace)

@@ -11,11 +11,12 @@ import z3
 
 from model.config import Config
 from model.reference import step
-from model.simulate import WorkloadEnv, simulate_model
+from model.simulate import WorkloadEnv
 from model.state import initial_state
 from model.workload import RequestSpec, Workload
 from proofs.bmc import FINISHED, SymWorkload, initial, supported, sym_step
 from proofs.result import COUNTEREXAMPLE, PROVED, UNKNOWN, ProofResult
+from sut.simulate import simulate_model
 
 LIMITS = dict(prompt=(1, 10), max_tokens=(1, 6), priority=(0, 3), arrival=(0, 4))
 

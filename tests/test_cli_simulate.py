@@ -48,11 +48,11 @@ def test_oversized_request_is_rejected_not_hung(tmp_path, capsys) -> None:
 
 
 def test_torch_engine_same_json_shape_and_no_preemption_reference(capsys) -> None:
-    assert main(["simulate", EXAMPLE, "--engine", "torch", "--policy", "guarded", "--json"]) == 0
+    assert main(["simulate", EXAMPLE, "--adapter", "torch", "--policy", "guarded", "--json"]) == 0
     run = json.loads(capsys.readouterr().out)
-    assert main(["simulate", EXAMPLE, "--engine", "torch", "--no-preemption", "--json"]) == 0
+    assert main(["simulate", EXAMPLE, "--adapter", "torch", "--no-preemption", "--json"]) == 0
     ref = json.loads(capsys.readouterr().out)
     assert run["engine"] == "torch" and run["drained"] and run["kv_blocks_held"] == 0
     assert run["preemptions"] >= 1 and ref["preemptions"] == 0
     assert run["requests"] == ref["requests"]
-    assert main(["simulate", EXAMPLE, "--engine", "torch", "--max-steps", "100"]) == 1
+    assert main(["simulate", EXAMPLE, "--adapter", "torch", "--max-steps", "100"]) == 1

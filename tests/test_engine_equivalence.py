@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from engine.simulate import simulate_engine
 from model.workload import Workload
+from sut.simulate import simulate_engine
 from tests.engine_workloads import busy
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from engine.simulate import simulate_engine
 from loopcheck.cli import main
 from model.bounds import drain_step_bound, preemption_bound
 from model.explore import explore
 from model.liveness import analyse
 from model.workload import load_workload
+from sut.simulate import simulate_engine
 from tests.helpers import req, workload
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -79,8 +79,8 @@ def test_explore_cli_writes_a_lasso_that_loops_on_the_engine(tmp_path, capsys) -
     assert (tmp_path / "lasso.dot").read_text().startswith("digraph lasso")
     run = simulate_engine(lasso, 300)
     assert not run.drained and run.counters.preemptions > 100
-    assert main(["replay", str(tmp_path / "lasso.json"), "--engine", "torch"]) == 1
-    assert "livelock: state repeats" in capsys.readouterr().out
+    assert main(["replay", str(tmp_path / "lasso.json"), "--adapter", "torch"]) == 1
+    assert "REPRODUCED livelock" in capsys.readouterr().out
     assert main(["explore", str(EXAMPLES / "livelock_min.json"), "--policy", "guarded"]) == 0
 
 
@@ -94,14 +94,14 @@ def test_replay_both_reports_the_first_divergence(tmp_path, capsys, monkeypatch)
             original(self, kind, seq, *args)
 
     monkeypatch.setattr(Scheduler, "emit", no_rewind_event)
-    assert main(["replay", str(EXAMPLES / "livelock_min.json")]) == 1
+    assert main(["replay", str(EXAMPLES / "livelock_min.json"), "--adapter", "torch", "--check", "lockstep"]) == 1
     out = capsys.readouterr().out
-    assert "DIVERGENCE step 3: engine and model diverge" in out
+    assert "REPRODUCED conformance at step 4: step 3: system and model diverge" in out
 
 
 def test_replay_plot_and_bad_files(tmp_path, capsys) -> None:
     png = tmp_path / "p.png"
-    assert main(["replay", str(EXAMPLES / "livelock_min.json"), "--engine", "model", "--policy",
+    assert main(["replay", str(EXAMPLES / "livelock_min.json"), "--adapter", "model", "--policy",
                  "guarded", "--plot", str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     bad = tmp_path / "bad.json"

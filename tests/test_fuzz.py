@@ -4,20 +4,21 @@ shrunk, and known bugs patched into the engine each caught."""
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import replace
 
 import pytest
 from hypothesis import strategies as st
 
-from engine.simulate import simulate_engine
-from fuzz.adapter import TorchEngineAdapter
+from checks.base import Violation
 from fuzz.campaign import run_campaign
 from fuzz.pytest_plugin import run_machine
-from fuzz.session import Violation
 from fuzz.strategies import configs
 from loopcheck.cli import main
 from model.config import Config, regression_config
 from model.workload import load_workload
+from sut.simulate import simulate_engine
+from sut.torch_sut import TorchSUT
 
 # a small pool under pressure: preemptions, rewinds and snapshot restores are common
 CONTENDED = Config(num_blocks=12, block_size=2, num_loops=2, kv_layout="last_exited", max_num_seqs=4,
@@ -25,11 +26,11 @@ CONTENDED = Config(num_blocks=12, block_size=2, num_loops=2, kv_layout="last_exi
 
 
 def test_short_deterministic_campaigns_are_clean_under_the_guarded_policy() -> None:
-    stats = run_machine(TorchEngineAdapter, st.just(regression_config()), max_examples=15, max_prompt=12,
+    stats = run_machine(TorchSUT, st.just(regression_config()), max_examples=15, max_prompt=12,
                         max_tokens=8)
     assert stats.examples >= 15 and stats.steps > 100
-    run_machine(TorchEngineAdapter, configs(preemption_policy="guarded"), max_examples=40)
-    stats = run_machine(TorchEngineAdapter, st.just(replace(CONTENDED, prefix_caching=True)), max_examples=40)
+    run_machine(TorchSUT, configs(preemption_policy="guarded"), max_examples=40)
+    stats = run_machine(TorchSUT, st.just(replace(CONTENDED, prefix_caching=True)), max_examples=40)
     assert stats.branches["preempt+snapshot"] > 0 and stats.branches["resume+snapshot-restore"] > 0
     assert stats.branches["admit+prefix-hit"] + stats.branches["resume+prefix-hit"] > 0
 
@@ -48,7 +49,8 @@ def find(patches, config_strategy, monkeypatch, max_examples=150) -> Violation:
     for target, name, value in patches:
         monkeypatch.setattr(target, name, value)
     with pytest.raises(Violation) as caught:
-        run_machine(TorchEngineAdapter, config_strategy, max_examples=max_examples, shrink=False)
+        run_machine(TorchSUT, config_strategy, max_examples=max_examples, shrink=False,
+                    out_dir=tempfile.mkdtemp(prefix="loopcheck-test-"))
     return caught.value
 
 
@@ -136,7 +138,7 @@ def test_fuzz_cli(tmp_path, capsys) -> None:
     data = json.loads(captured.out)
     assert data["seed"] == 3 and "reproduce: loopcheck fuzz" in captured.err
     assert data["counterexamples"][0]["property"] == "livelock"
-    assert main(["replay", data["counterexamples"][0]["file"], "--engine", "torch"]) == 1
+    assert main(["replay", data["counterexamples"][0]["file"], "--adapter", "torch"]) == 1
     assert main(["fuzz", "--budget-seconds", "0"]) == 2
 
 

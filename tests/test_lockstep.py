@@ -1,14 +1,22 @@
 """Conformance: the engine's scheduler and the reference model emit the same
-events step by step, and their KV accounting agrees."""
+events step by step, and their KV accounting agrees (the lockstep check)."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 
-from fuzz.lockstep import lockstep
+from checks.lockstep import Lockstep
 from fuzz.strategies import workloads
 from model.workload import Workload
+from sut.driver import run_workload
+from sut.torch_sut import TorchSUT
 from tests.engine_workloads import busy, livelock_example
+
+
+def lockstep(w: Workload, max_steps: int):
+    """The first lockstep violation within max_steps steps, or None."""
+    run = run_workload(w, TorchSUT, [Lockstep()], max_steps)
+    return run.violation if run.violation is None or run.violation.prop != "liveness" else None
 
 
 def test_examples_conform() -> None:
@@ -18,7 +26,7 @@ def test_examples_conform() -> None:
     for cfg in ({}, {"snapshots": False}, {"allocation": "incremental"}, {"execution": "refill"},
                 {"kv_layout": "shared"}, {"wcpb": False}):
         d = lockstep(busy(**cfg), 500)
-        assert d is None, d.describe()
+        assert d is None, str(d)
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None,
@@ -26,17 +34,14 @@ def test_examples_conform() -> None:
 @given(workloads())
 def test_random_workloads_conform(w: Workload) -> None:
     d = lockstep(w, 300)
-    assert d is None, d.describe()
+    assert d is None, str(d)
 
 
-def test_a_seeded_divergence_is_reported() -> None:
+def test_a_seeded_divergence_is_reported(monkeypatch) -> None:
     """The comparison bites: a model told a different token outcome diverges."""
-    from fuzz import lockstep as ls
+    from model.simulate import WorkloadEnv
 
-    original = ls.EngineFedEnv.outcome
-    ls.EngineFedEnv.outcome = lambda self, rid, i: original(self, rid, i)._replace(token_id=-7)
-    try:
-        d = lockstep(livelock_example(), 50)
-    finally:
-        ls.EngineFedEnv.outcome = original
-    assert d is not None and "events differ" in d.problems
+    original = WorkloadEnv.outcome
+    monkeypatch.setattr(WorkloadEnv, "outcome", lambda self, rid, i: original(self, rid, i)._replace(token_id=-7))
+    d = lockstep(livelock_example(), 50)
+    assert d is not None and d.prop == "conformance" and "events differ" in d.message

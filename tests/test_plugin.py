@@ -8,10 +8,10 @@ pytest_plugins = ["pytester"]
 def test_fixture_runs_the_machine_against_an_adapter(pytester) -> None:
     pytester.makepyfile("""
         from hypothesis import strategies as st
-        from fuzz.adapter import TorchEngineAdapter
+        from sut.torch_sut import TorchSUT
         from model.config import Config
 
-        class CountingAdapter(TorchEngineAdapter):
+        class CountingAdapter(TorchSUT):
             steps = 0
 
             def step(self):

@@ -8,13 +8,13 @@ import json
 import z3
 
 from loopcheck.cli import main
-from model.simulate import simulate_model
 from model.workload import load_workload
 from proofs.admission import GuardRules
 from proofs.kv import Rules
 from proofs.obligations_kv import admission_atomic, futility, kv_conservation, preflight_soundness
 from proofs.ranking import ranking_decreases
 from proofs.result import COUNTEREXAMPLE, PROVED, UNKNOWN, check_claim
+from sut.simulate import simulate_model
 
 
 def test_expected_results_at_small_bounds() -> None:
@@ -51,7 +51,7 @@ def test_vacuous_assumptions_are_never_proved() -> None:
 
 
 def test_prove_cli_writes_a_livelock_that_replays_on_model_and_engine(tmp_path, capsys) -> None:
-    from engine.simulate import simulate_engine
+    from sut.simulate import simulate_engine
 
     junit = tmp_path / "prove.xml"
     assert main(["prove", "--json", "--out", str(tmp_path), "--junit", str(junit)]) == 0

@@ -1,0 +1,133 @@
+"""Liveness properties any LLM scheduler must keep: no livelock, no stall, a
+request that can never fit is rejected, and (for schedulers that claim priority
+preemption) a more urgent request does not wait behind less urgent work."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
+from checks.base import Check, Violation
+from checks.needs import admission_blocks, lifetime_blocks, never_fits
+from model.config import Config
+from model.events import Event
+from sut.protocol import Capabilities, Observation
+from sut.view import FINISHED, PREEMPTED, WAITING
+
+if TYPE_CHECKING:
+    from sut.driver import Driver
+
+
+class Progress(Check):
+    """After the last input (known or scheduled), a repeated scheduling state with work left is a
+    livelock (where the system reports a state key), and `stall_steps` steps in a
+    row with no event at all while requests are unfinished are a stall."""
+
+    name = "progress"
+
+    def __init__(self, stall_steps: int = 3) -> None:
+        self.stall_steps = stall_steps
+        self.seen: dict[Hashable, int] = {}
+        self.quiet = 0
+
+    def on_input(self, driver: Driver, kind: str, rid: str) -> None:
+        self.seen.clear()
+        self.quiet = 0
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        if driver.drained() or driver.t <= driver.inputs_until:
+            return
+        key = obs.state_key
+        if key is not None and driver.sut.capabilities.state_key:
+            if key in self.seen:
+                start = self.seen[key]
+                raise Violation("livelock", f"the state after step {driver.t - 1} repeats the state after step "
+                                            f"{start - 1}; unfinished: {_names(driver)}",
+                                {"start": start, "length": driver.t - start})
+            self.seen[key] = driver.t
+        self.quiet = 0 if events else self.quiet + 1
+        if self.quiet >= self.stall_steps:
+            raise Violation("stall", f"{self.quiet} steps with no event while {_names(driver)} "
+                                     "wait unfinished")
+
+
+class NeverFitRejected(Check):
+    """A request that can never fit the pool finishes (rejected) within
+    `within` steps of its submission and is never admitted; a request that fits
+    is never rejected."""
+
+    name = "never-fit-rejected"
+
+    def __init__(self, within: int = 3) -> None:
+        self.within = within
+        self.submitted: dict[str, int] = {}
+
+    def on_input(self, driver: Driver, kind: str, rid: str) -> None:
+        self.submitted.setdefault(rid, driver.t)
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        cfg = driver.cfg
+        for e in events:
+            spec = driver.view.requests[e.rid].spec
+            if e.kind in ("admit", "resume") and never_fits(spec, cfg):
+                raise Violation("never-fit-admitted", f"{e.rid} was admitted although it needs "
+                                                      f"{lifetime_blocks(spec, cfg)} blocks and the pool has "
+                                                      f"{cfg.num_blocks}")
+            if e.kind == "finish" and e.args[0] == "rejected" and not never_fits(spec, cfg):
+                raise Violation("fit-rejected", f"{e.rid} was rejected although it needs "
+                                                f"{lifetime_blocks(spec, cfg)} of {cfg.num_blocks} blocks")
+        for rid, t in self.submitted.items():
+            r = driver.view.requests[rid]
+            if r.status != FINISHED and driver.t - t >= self.within and never_fits(r.spec, cfg):
+                raise Violation("never-fit-not-rejected",
+                                f"{rid} needs {lifetime_blocks(r.spec, cfg)} blocks, the pool has "
+                                f"{cfg.num_blocks}; still {r.status} {driver.t - t} steps after submission")
+
+
+class PriorityWaiting(Check):
+    """For schedulers that claim priority preemption: the most urgent waiting
+    request w, whose admission would fit in the blocks free at the start of the
+    step (watermark included, no preemption needed for blocks), must not stay
+    waiting for `within` steps in a row in which a request of strictly larger
+    priority value ran and no request more urgent than w did."""
+
+    name = "priority-waiting"
+
+    def __init__(self, within: int = 3) -> None:
+        self.within = within
+        self.streak: dict[str, int] = {}
+        self.free_before: int | None = None
+
+    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
+        if not caps.priorities:
+            return "the system claims no priority preemption (capabilities.priorities)"
+        return None if caps.kv else "the system reports no KV accounting (capabilities.kv)"
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        cfg, view = driver.cfg, driver.view
+        free = cfg.num_blocks - obs.blocks_held
+        free_before, self.free_before = (self.free_before if self.free_before is not None else cfg.num_blocks), free
+        waiting = [r for r in view.requests.values()
+                   if view.before.get(r.spec.rid) in (WAITING, PREEMPTED) and r.status in (WAITING, PREEMPTED)]
+        if not waiting:
+            self.streak.clear()
+            return
+        w = min(waiting, key=lambda r: r.spec.key)
+        rid = w.spec.rid
+        blocks = admission_blocks(w.spec, w.generated, cfg) + cfg.watermark_blocks
+        more_urgent_ran = any(view.requests[x].spec.key < w.spec.key for x in view.worked)
+        less_urgent_ran = [x for x in view.worked if view.requests[x].spec.priority > w.spec.priority]
+        if blocks <= free_before and less_urgent_ran and not more_urgent_ran:
+            self.streak = {rid: self.streak.get(rid, 0) + 1}
+        else:
+            self.streak = {}
+        if self.streak.get(rid, 0) >= self.within:
+            raise Violation("priority-inversion",
+                            f"{rid} (priority {w.spec.priority}) waited {self.within} steps in a row while less "
+                            f"urgent {', '.join(sorted(less_urgent_ran))} ran, although it needs {blocks} blocks "
+                            f"and {free_before} were free")
+
+
+def _names(driver: Driver) -> str:
+    names = [r.spec.rid for r in driver.view.unfinished()]
+    return ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")

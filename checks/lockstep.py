@@ -1,0 +1,92 @@
+"""Lockstep conformance: the SUT paired with the reference model, compared step by
+step. Only for systems that implement docs/semantics.md (capabilities.semantics
+== "loopcheck"). Also the proved-bound checks, which hold only under those
+semantics."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from checks.base import Check, Violation
+from model.bounds import drain_step_bound, preemption_bound
+from model.config import Config
+from model.events import Event
+from model.invariants import step_violations
+from sut.model_sut import ModelSUT
+from sut.protocol import Capabilities, Observation
+
+if TYPE_CHECKING:
+    from sut.driver import Driver
+
+
+def _semantics(caps: Capabilities) -> str | None:
+    return None if caps.semantics == "loopcheck" else "the system does not implement loopcheck's semantics"
+
+
+def divergence(step: int, model_events: list[Event], events: list[Event], problems: list[str]) -> str:
+    lines = [f"step {step}: system and model diverge"] + [f"  {p}" for p in problems]
+    lines.append("  model:  " + " ".join(map(str, model_events)))
+    lines.append("  system: " + " ".join(map(str, events)))
+    return "\n".join(lines)
+
+
+class Lockstep(Check):
+    """Equal events every step (the model's token outcomes are fed from the
+    system's events, so any difference is a scheduling difference), both sides' KV
+    accounting sound and equal, and the model's frontiers and budget kept."""
+
+    name = "lockstep"
+
+    def __init__(self) -> None:
+        self.model: ModelSUT | None = None
+
+    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
+        return _semantics(caps)
+
+    def _model(self, driver: Driver) -> ModelSUT:
+        if self.model is None:
+            self.model = ModelSUT(driver.cfg)
+        return self.model
+
+    def on_input(self, driver: Driver, kind: str, rid: str) -> None:
+        model = self._model(driver)
+        if kind == "add":
+            model.add(driver.view.requests[rid].spec)
+        else:
+            model.abort(rid)
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        model = self._model(driver)
+        model.feed(events)
+        before = model.state
+        model_events = model.step()
+        mobs = model.observe()
+        problems = ["events differ"] if model_events != events else []
+        problems += ["model: " + p for p in mobs.kv_errors]
+        problems += ["system: " + p for p in obs.kv_errors]
+        if mobs.blocks_held != obs.blocks_held:
+            problems.append(f"blocks held: model {mobs.blocks_held}, system {obs.blocks_held}")
+        if problems:
+            prop = "conformance" if "events differ" in problems else "kv-conservation"
+            raise Violation(prop, divergence(driver.t - 1, model_events, events, problems))
+        problems = step_violations(before, model.state, model_events, model.env.workload)
+        if problems:
+            raise Violation("safety", "; ".join(problems))
+
+
+class ProvedBounds(Check):
+    """Steps to drain and preemptions stay within model/bounds.py's bounds, where it
+    claims one (guarded policy, upfront allocation)."""
+
+    name = "bounds"
+
+    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
+        return _semantics(caps)
+
+    def step_cap(self, driver: Driver) -> int | None:
+        return drain_step_bound(driver.workload())
+
+    def at_end(self, driver: Driver, obs: Observation) -> None:
+        bound = preemption_bound(driver.workload())
+        if bound is not None and driver.counters.preemptions > bound:
+            raise Violation("preemption-bound", f"{driver.counters.preemptions} preemptions > bound {bound}")

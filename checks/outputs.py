@@ -1,0 +1,61 @@
+"""Output equivalence: what a contended run produced equals what the same system
+produces for the same workload on an unconstrained config."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from checks.base import Check, Violation
+from checks.needs import lifetime_blocks, never_fits
+from model.config import Config
+from model.workload import Workload
+from sut.protocol import Observation
+
+if TYPE_CHECKING:
+    from sut.driver import Driver
+
+
+def unconstrained(workload: Workload, pinned: dict[str, Any]) -> Config:
+    """The workload's config with a pool, slots and a token budget large enough that
+    nothing contends, and priority preemption off; pinned fields stay."""
+    cfg, reqs = workload.config, workload.requests
+    fitting = [r for r in reqs if not never_fits(r, cfg)]
+    blocks = max(cfg.num_blocks, sum(lifetime_blocks(r, cfg) for r in fitting) + cfg.watermark_blocks + cfg.planes)
+    changes: dict[str, Any] = dict(num_blocks=blocks, max_num_seqs=max(cfg.max_num_seqs, len(reqs)),
+                                   max_num_batched_tokens=max(cfg.max_num_batched_tokens,
+                                                              sum(len(r.prompt) for r in reqs) + len(reqs)),
+                                   priority_preemption=False)
+    return replace(cfg, **{k: v for k, v in changes.items() if k not in pinned})
+
+
+class OutputEquivalence(Check):
+    """Token IDs, exit depths and finish reasons of every request that was not
+    aborted and fits the pool equal those of the same system on the unconstrained
+    config (and the exact output bits too, where the system reports them and the
+    pool is unchanged)."""
+
+    name = "output-equivalence"
+
+    def at_end(self, driver: Driver, obs: Observation) -> None:
+        from sut.driver import run_workload
+
+        workload = driver.workload()
+        if not workload.requests:
+            return
+        caps = driver.sut.capabilities
+        ref_cfg = unconstrained(workload, caps.pinned)
+        ref = run_workload(Workload(ref_cfg, workload.requests), driver.factory, (), max_steps=driver.default_cap())
+        if not ref.drained:
+            raise Violation("output-equivalence", f"the same workload on the unconstrained config does not drain "
+                                                  f"in {ref.driver.t} steps")
+        want = ref.observation
+        same_pool = ref_cfg.num_blocks == driver.cfg.num_blocks
+        for s in workload.requests:
+            if s.abort_at is not None or never_fits(s, driver.cfg):
+                continue
+            got_o, want_o = obs.outputs[s.rid].to_json(), want.outputs[s.rid].to_json()
+            if got_o != want_o:
+                raise Violation("output-equivalence", f"{s.rid}: {got_o} differs from the unconstrained run {want_o}")
+            if caps.fingerprints and same_pool and obs.fingerprints.get(s.rid) != want.fingerprints.get(s.rid):
+                raise Violation("output-equivalence", f"{s.rid}: output bits differ from the unconstrained run")

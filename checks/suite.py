@@ -1,0 +1,28 @@
+"""Which checks a run uses.
+
+- property mode: checks that need no reference model, for any system;
+- lockstep mode: property mode plus conformance with the reference model and the
+  bounds proved for its semantics (systems that implement docs/semantics.md).
+"""
+
+from __future__ import annotations
+
+from checks.base import Check
+from checks.liveness import NeverFitRejected, PriorityWaiting, Progress
+from checks.lockstep import Lockstep, ProvedBounds
+from checks.outputs import OutputEquivalence
+from checks.safety import Caps, KvConservation
+
+MODES = ("property", "lockstep")
+
+
+def property_checks(outputs: bool = True) -> list[Check]:
+    """Fresh instances of every property check (checks hold per-run state)."""
+    checks: list[Check] = [Caps(), KvConservation(), Progress(), NeverFitRejected(), PriorityWaiting()]
+    return checks + ([OutputEquivalence()] if outputs else [])
+
+
+def checks_for(mode: str, outputs: bool = True) -> list[Check]:
+    """The checks of a mode, fresh."""
+    extra: list[Check] = [Lockstep(), ProvedBounds()] if mode == "lockstep" else []
+    return extra + property_checks(outputs)

@@ -1,0 +1,212 @@
+"""The one driver loop: steps a system under test through submissions, validates
+what it returns against the protocol, records the trace and feeds every check.
+
+Simulate, replay, the fuzzer, the shrinker and the pytest plugin all run systems
+through `Driver` (incrementally) or `run_workload` (a recorded workload).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from checks.base import Check, Violation
+from model.bounds import work_units
+from model.config import Config
+from model.errors import WorkloadError
+from model.events import Event
+from model.simulate import Counters
+from model.workload import RequestSpec, Workload, submit_due
+from sut.protocol import Observation, ProtocolError, SutFactory, check_events, check_observation, check_sut
+from sut.view import TraceView
+
+OnStep = Callable[[list[Event], Observation], None]
+
+
+def crash(verb: str, exc: BaseException, step: int) -> Violation:
+    """An exception raised inside the SUT, as a violation naming where it was raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return Violation("crash", f"{type(exc).__name__}: {exc} (in {verb}(){where})", step=step)
+
+
+def check_pinned(factory_caps_pinned: dict[str, Any], cfg: Config) -> None:
+    """Refuse a config that contradicts what the SUT supports (bad input, exit 2)."""
+    for name, value in factory_caps_pinned.items():
+        if getattr(cfg, name) != value:
+            raise WorkloadError(f"config.{name}: this system supports only {name}={value!r}, "
+                                f"got {getattr(cfg, name)!r}")
+
+
+class Driver:
+    """One SUT, its trace and its checks.
+
+    `add` and `abort` take effect at the start of the next `step` (so a request added
+    at step t has arrival t). The first violation any check raises is kept in
+    `failure` and raised again by any later call. A ProtocolError (the SUT broke the
+    protocol) and WorkloadError (bad input) propagate as they are.
+    """
+
+    def __init__(self, factory: SutFactory, cfg: Config, checks: Sequence[Check] = (),
+                 on_step: OnStep | None = None) -> None:
+        self.cfg = cfg
+        self.factory = factory
+        self.t = 0
+        self.specs: list[RequestSpec] = []
+        self.trace: list[list[Event]] = []
+        self.counters = Counters()
+        self.view = TraceView()
+        self.on_step = on_step
+        self.failure: Violation | None = None
+        self.last_input = 0          # the step of the latest add or abort
+        self.inputs_until = -1       # inputs are scheduled up to this step (recorded workloads)
+        self.sut = check_sut(self._call("construct", lambda: factory(cfg)))
+        check_pinned(self.sut.capabilities.pinned, cfg)
+        self.checks: list[Check] = []
+        self.skipped: dict[str, str] = {}
+        for c in checks:
+            reason = c.unavailable(self.sut.capabilities, cfg)
+            if reason is None:
+                self.checks.append(c)
+            else:
+                self.skipped[c.name] = reason
+        self.obs = check_observation(self._call("observe", self.sut.observe))
+
+    # ----- inputs ------------------------------------------------------------------------
+    def add(self, spec: RequestSpec) -> None:
+        """Submit a request; it arrives at this step."""
+        self._ensure_ok()
+        spec = replace(spec, arrival=self.t, abort_at=None)
+        if spec.rid in self.view.requests:
+            raise WorkloadError(f"request {spec.rid!r}: duplicate request id")
+        self._call("add", lambda: self.sut.add(spec))
+        self.specs.append(spec)
+        self.view.submit(spec)
+        self.last_input = self.t
+        for c in self.checks:
+            self._run_check(lambda c=c: c.on_input(self, "add", spec.rid))
+
+    def abort(self, rid: str) -> None:
+        """Abort a request at this step (no effect once finished or already aborted)."""
+        self._ensure_ok()
+        index = next(i for i, s in enumerate(self.specs) if s.rid == rid)
+        if self.specs[index].abort_at is not None or self.view.requests[rid].status == "finished":
+            return
+        self._call("abort", lambda: self.sut.abort(rid))
+        self.specs[index] = replace(self.specs[index], abort_at=self.t)
+        self.last_input = self.t
+        for c in self.checks:
+            self._run_check(lambda c=c: c.on_input(self, "abort", rid))
+
+    # ----- stepping ----------------------------------------------------------------------
+    def step(self) -> list[Event]:
+        """One step of the SUT, validated, recorded and checked."""
+        self._ensure_ok()
+        events = check_events(self._call("step", self.sut.step), set(self.view.requests))
+        self.obs = check_observation(self._call("observe", self.sut.observe))
+        self.view.fold(self.t, events)
+        self.t += 1
+        self.trace.append(events)
+        self.counters.fold(events)
+        if self.on_step:
+            self.on_step(events, self.obs)
+        for c in self.checks:
+            self._run_check(lambda c=c: c.after_step(self, events, self.obs))
+        return events
+
+    def drained(self) -> bool:
+        """Every submitted request finished, by the events and by the SUT's own word."""
+        return not self.view.unfinished() and not self.obs.unfinished
+
+    def default_cap(self) -> int:
+        """A work-based step cap: the last input, then four steps per unit of work."""
+        return self.last_input + 4 * sum(work_units(self.workload())) + 50
+
+    def run_to_drain(self, max_steps: int | None = None) -> bool:
+        """Step until drained or `max_steps` steps in all; True if drained."""
+        cap = max_steps if max_steps is not None else self.default_cap()
+        while not self.drained() and self.t < cap:
+            self.step()
+        return self.drained()
+
+    def finish(self, max_steps: int | None = None) -> None:
+        """Drain within the checks' step cap, or `max_steps` if given (else a
+        liveness violation), then run every check's end-of-run test."""
+        self._ensure_ok()
+        caps = [c for c in (c.step_cap(self) for c in self.checks) if c is not None]
+        cap = max_steps if max_steps is not None else min(caps, default=self.default_cap())
+        if not self.run_to_drain(cap):
+            self._fail(Violation("liveness", f"not drained after {self.t} steps (cap {cap}); "
+                                             f"unfinished: {', '.join(r.spec.rid for r in self.view.unfinished())}",
+                                 step=self.t))
+        for c in self.checks:
+            self._run_check(lambda c=c: c.at_end(self, self.obs))
+
+    # ----- records -----------------------------------------------------------------------
+    def workload(self) -> Workload:
+        """What was submitted so far, as a replayable workload."""
+        return Workload(self.cfg, tuple(self.specs))
+
+    def _ensure_ok(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def _fail(self, violation: Violation) -> None:
+        if violation.step is None:
+            violation.step = self.t
+        self.failure = violation
+        raise violation
+
+    def _run_check(self, hook: Callable[[], None]) -> None:
+        try:
+            hook()
+        except Violation as v:
+            self._fail(v)
+
+    def _call(self, verb: str, fn: Callable[[], Any]) -> Any:
+        """Call into the SUT; any exception it raises is a crash violation."""
+        try:
+            return fn()
+        except (ProtocolError, WorkloadError, Violation):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any exception inside the SUT is a finding
+            self._fail(crash(verb, exc, self.t))
+
+
+@dataclass
+class Run:
+    """A recorded workload driven once: the violation found (if any), the driver."""
+
+    driver: Driver
+    violation: Violation | None
+    drained: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def observation(self) -> Observation:
+        return self.driver.obs
+
+
+def run_workload(workload: Workload, factory: SutFactory, checks: Sequence[Check] = (),
+                 max_steps: int | None = None, on_step: OnStep | None = None) -> Run:
+    """Drive a recorded workload (arrivals and aborts by step). With checks, drain
+    within their cap (or `max_steps`) and run their end tests; without, run until
+    drained or `max_steps`."""
+    driver = Driver(factory, workload.config, checks, on_step)
+    last = max((max(s.arrival, s.abort_at or 0) for s in workload.requests), default=0)
+    driver.inputs_until = last
+    try:
+        for t in range(last + 1):
+            if max_steps is not None and t >= max_steps:
+                break
+            submit_due(workload.requests, t, driver.add, driver.abort)
+            driver.step()
+        if checks:
+            driver.finish(max_steps)
+        else:
+            driver.run_to_drain(max_steps)
+    except Violation as v:
+        return Run(driver, v, False)
+    return Run(driver, None, driver.drained())

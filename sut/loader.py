@@ -1,0 +1,56 @@
+"""Resolving `--adapter`: a shipped name or `module:factory` (a module on the
+path, or a .py file), and what a factory's systems support."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from model.config import Config
+from model.errors import WorkloadError
+from sut.protocol import Capabilities, ProtocolError, SutFactory, check_sut
+
+SHIPPED = {"model": "sut.model_sut:ModelSUT", "torch": "sut.torch_sut:TorchSUT", "vllm": "sut.vllm_sut:VllmSUT"}
+
+
+def load_factory(spec: str) -> SutFactory:
+    """The factory named by `spec` ("model", "torch", "vllm", "pkg.mod:name" or
+    "path/file.py:name"); WorkloadError naming --adapter if it cannot be loaded."""
+    target = SHIPPED.get(spec, spec)
+    module_name, sep, attr = target.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise WorkloadError(f"--adapter: expected one of {', '.join(SHIPPED)} or MODULE:FACTORY, got {spec!r}")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.is_file():
+                raise WorkloadError(f"--adapter: no such file {module_name!r}")
+            loaded = importlib.util.spec_from_file_location(path.stem, path)
+            assert loaded is not None and loaded.loader is not None
+            module = importlib.util.module_from_spec(loaded)
+            loaded.loader.exec_module(module)
+        else:
+            if "" not in sys.path:
+                sys.path.insert(0, "")
+            module = importlib.import_module(module_name)
+    except WorkloadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure to import the user's module is bad input
+        raise WorkloadError(f"--adapter: cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise WorkloadError(f"--adapter: {module_name!r} has no callable {attr!r}")
+    return factory
+
+
+def capabilities_of(factory: SutFactory, cfg: Config | None = None) -> Capabilities:
+    """The capabilities of a system the factory builds (on `cfg`, default Config());
+    ProtocolError if it builds something that is not a SUT."""
+    try:
+        sut: Any = factory(cfg or Config())
+    except Exception as exc:  # noqa: BLE001
+        raise ProtocolError("factory(config) builds a system", f"{type(exc).__name__}: {exc}") from exc
+    return check_sut(sut).capabilities

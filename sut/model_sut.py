@@ -1,0 +1,55 @@
+"""The reference model (model/reference.py) as a system under test."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from model.config import Config
+from model.events import Event, RequestOutput
+from model.invariants import state_violations
+from model.reference import step
+from model.simulate import WorkloadEnv, fold_outputs
+from model.state import FINISHED, SchedState, add_request, initial_state
+from model.workload import RequestSpec, Workload
+from sut.protocol import Capabilities, Observation
+
+
+class ModelSUT:
+    """The pure reference scheduler behind the SUT protocol.
+
+    Token outcomes are scripted by each request (see model.simulate.WorkloadEnv),
+    or, for a lockstep run, fed with `feed(events)` from the system it is paired
+    with before each `step()`.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
+                                         semantics="loopcheck")
+        self.env = WorkloadEnv(Workload(cfg, ()))
+        self.state: SchedState = initial_state(cfg.num_blocks, 0)
+        self.outputs: dict[str, RequestOutput] = {}
+
+    def add(self, spec: RequestSpec) -> None:
+        spec = replace(spec, arrival=self.state.step, abort_at=None)
+        self.env.submit(spec)
+        self.state = add_request(self.state)
+        self.outputs[spec.rid] = RequestOutput(spec.rid, [], [], None)
+
+    def abort(self, rid: str) -> None:
+        self.env.abort_now(rid, self.state.step)
+
+    def feed(self, events: list[Event]) -> None:
+        self.env.feed(events)
+
+    def step(self) -> list[Event]:
+        self.state, events = step(self.state, self.env)
+        fold_outputs(self.outputs, events)
+        return events
+
+    def observe(self) -> Observation:
+        s, cfg = self.state, self.cfg
+        return Observation(blocks_held=s.blocks_held(cfg.num_blocks, cfg.planes),
+                           kv_errors=state_violations(s, cfg), outputs=self.outputs,
+                           unfinished=any(r.status != FINISHED for r in s.reqs),
+                           state_key=(s.reqs, s.free, s.cache, s.guard))

@@ -1,0 +1,136 @@
+"""The system-under-test protocol: what loopcheck needs from any scheduler.
+
+A system under test (SUT) is built by a factory from a `Config` and answers four
+verbs:
+
+- `add(spec)`: submit a request; it arrives at the start of the next step;
+- `abort(rid)`: abort it at the start of the next step (ignored once finished);
+- `step()`: run one scheduler step and return its events, a list of
+  `model.events.Event` in the vocabulary of model/events.py;
+- `observe()`: an `Observation` of what the SUT can report.
+
+It also carries `capabilities`, saying what it reports and claims, so that each
+check runs only where its inputs exist, and the report says which did not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from model.config import Config
+from model.events import KINDS, Event, RequestOutput
+from model.workload import RequestSpec
+
+
+class ProtocolError(Exception):
+    """The SUT broke the protocol (not a scheduling bug): names the rule broken."""
+
+    def __init__(self, rule: str, detail: str) -> None:
+        super().__init__(f"adapter broke the protocol: rule '{rule}': {detail}")
+        self.rule = rule
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a SUT reports and claims.
+
+    kv: `Observation.blocks_held` and `kv_errors` are meaningful (KV checks run).
+    state_key: `Observation.state_key` identifies the whole scheduling state, so a
+      repeat with work left is a livelock (else only stall and step-cap checks run).
+    fingerprints: `Observation.fingerprints` hold exact output bits per request.
+    abort: `abort()` works (else the fuzzer submits no aborts).
+    priorities: the SUT claims priority scheduling with preemption, so a waiting
+      request strictly more urgent than a running one must not wait behind it.
+    semantics: "loopcheck" when the SUT implements docs/semantics.md, so it can run
+      in lockstep with the reference model; None for any other scheduler.
+    pinned: config fields the SUT supports only at these values (for example
+      {"num_loops": 1} for a non-looped engine); loopcheck draws configs with them
+      and refuses workloads that contradict them.
+    """
+
+    kv: bool = False
+    state_key: bool = False
+    fingerprints: bool = False
+    abort: bool = True
+    priorities: bool = False
+    semantics: str | None = None
+    pinned: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Observation:
+    """What a SUT reports after a step.
+
+    blocks_held: KV blocks not free (cache-only prefix blocks count as free).
+    kv_errors: the SUT's own accounting problems (conservation, ref counts).
+    outputs: per request, tokens, exit depths and finish reason so far.
+    fingerprints: per request, a digest of the exact output bits (optional).
+    unfinished: requests are queued, waiting, running or preempted.
+    state_key: a hashable value equal exactly when the scheduling states are equal.
+    """
+
+    blocks_held: int = 0
+    kv_errors: list[str] = field(default_factory=list)
+    outputs: dict[str, RequestOutput] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    unfinished: bool = False
+    state_key: Hashable | None = None
+
+
+@runtime_checkable
+class SystemUnderTest(Protocol):
+    capabilities: Capabilities
+
+    def add(self, spec: RequestSpec) -> None: ...
+
+    def abort(self, rid: str) -> None: ...
+
+    def step(self) -> list[Event]: ...
+
+    def observe(self) -> Observation: ...
+
+
+SutFactory = Callable[[Config], SystemUnderTest]
+
+# Arity of each event kind's args (None: any).
+_ARITY = {"arrive": 0, "reject": 1, "abort": 0, "admit": 1, "resume": 2, "preempt": 2, "rewind": 1,
+          "prefill": 3, "token": 3, "publish": 1, "finish": 1}
+FINISH_REASONS = ("length", "stop", "abort", "rejected")
+
+
+def check_sut(sut: object) -> SystemUnderTest:
+    """The SUT itself, if it has the four verbs and capabilities; else ProtocolError."""
+    for verb in ("add", "abort", "step", "observe"):
+        if not callable(getattr(sut, verb, None)):
+            raise ProtocolError("verbs", f"{type(sut).__name__} has no method {verb}()")
+    if not isinstance(getattr(sut, "capabilities", None), Capabilities):
+        raise ProtocolError("capabilities", f"{type(sut).__name__}.capabilities must be a "
+                                            "sut.protocol.Capabilities")
+    return sut  # type: ignore[return-value]
+
+
+def check_events(events: object, known: set[str]) -> list[Event]:
+    """step()'s result, validated: a list of Events of known kinds and arities
+    about submitted requests; else ProtocolError naming the rule."""
+    if not isinstance(events, list):
+        raise ProtocolError("step returns a list of events", f"got {type(events).__name__}")
+    for e in events:
+        if not isinstance(e, Event):
+            raise ProtocolError("events are model.events.Event", f"got {e!r}")
+        if e.kind not in KINDS:
+            raise ProtocolError("event kinds", f"unknown kind {e.kind!r} (known: {', '.join(KINDS)})")
+        if e.rid not in known:
+            raise ProtocolError("events name submitted requests", f"{e} names unknown request {e.rid!r}")
+        if len(e.args) != _ARITY[e.kind]:
+            raise ProtocolError("event arity", f"{e} has {len(e.args)} args, {e.kind} takes {_ARITY[e.kind]}")
+        if e.kind == "finish" and e.args[0] not in FINISH_REASONS:
+            raise ProtocolError("finish reasons", f"{e}: reason must be one of {', '.join(FINISH_REASONS)}")
+    return events
+
+
+def check_observation(obs: object) -> Observation:
+    if not isinstance(obs, Observation):
+        raise ProtocolError("observe returns an Observation", f"got {type(obs).__name__}")
+    return obs

@@ -1,0 +1,39 @@
+"""Running a workload on any system to drain or to a step cap, with the result
+shape `loopcheck simulate` prints."""
+
+from __future__ import annotations
+
+from checks.base import Violation
+from model.simulate import SimResult
+from model.workload import Workload
+from sut.driver import run_workload
+from sut.protocol import SutFactory
+
+
+def simulate(workload: Workload, factory: SutFactory, max_steps: int, name: str = "model",
+             keep_trace: bool = False) -> tuple[SimResult, Violation | None]:
+    """Run until drained or `max_steps` steps; the result, and the crash if the
+    system raised."""
+    run = run_workload(workload, factory, (), max_steps)
+    d, obs = run.driver, run.driver.obs
+    outputs = {s.rid: obs.outputs[s.rid] for s in d.specs if s.rid in obs.outputs}
+    result = SimResult(workload, name, d.counters, outputs, obs.blocks_held, run.drained,
+                       d.trace if keep_trace else [], dict(obs.fingerprints))
+    return result, run.violation
+
+
+def simulate_model(workload: Workload, max_steps: int, keep_trace: bool = False) -> SimResult:
+    """The reference model run (scripted token outcomes)."""
+    from sut.model_sut import ModelSUT
+
+    return simulate(workload, ModelSUT, max_steps, "model", keep_trace)[0]
+
+
+def simulate_engine(workload: Workload, max_steps: int, keep_trace: bool = False,
+                    batch_invariant: bool = True) -> SimResult:
+    """The torch engine run."""
+    from functools import partial
+
+    from sut.torch_sut import TorchSUT
+
+    return simulate(workload, partial(TorchSUT, batch_invariant=batch_invariant), max_steps, "torch", keep_trace)[0]

@@ -1,0 +1,34 @@
+"""loopcheck's own torch engine (engine/) as a system under test."""
+
+from __future__ import annotations
+
+from model.config import Config
+from model.events import Event
+from model.workload import RequestSpec
+from sut.protocol import Capabilities, Observation
+
+
+class TorchSUT:
+    """`engine.llm_engine.LLMEngine` behind the SUT protocol. batch_invariant=False
+    is only for the control test that shows the output checks bite."""
+
+    def __init__(self, cfg: Config, batch_invariant: bool = True) -> None:
+        from engine.llm_engine import LLMEngine
+
+        self.engine = LLMEngine(cfg, batch_invariant)
+        self.capabilities = Capabilities(kv=True, state_key=True, fingerprints=True,
+                                         priorities=cfg.priority_preemption, semantics="loopcheck")
+
+    def add(self, spec: RequestSpec) -> None:
+        self.engine.add_request(spec)
+
+    def abort(self, rid: str) -> None:
+        self.engine.abort_request(rid)
+
+    def step(self) -> list[Event]:
+        return self.engine.step()
+
+    def observe(self) -> Observation:
+        e = self.engine
+        return Observation(blocks_held=e.blocks_held(), kv_errors=e.conservation_errors(), outputs=e.outputs(),
+                           fingerprints=e.fingerprints(), unfinished=e.has_unfinished(), state_key=e.state_key())

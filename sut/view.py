@@ -1,0 +1,60 @@
+"""What the trace says about each request: its status as the events report it.
+
+Any SUT that speaks the event vocabulary gets this view for free; the property
+checks read it instead of the SUT's internals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from model.events import Event
+from model.workload import RequestSpec
+
+SUBMITTED, WAITING, RUNNING, PREEMPTED, FINISHED = "submitted", "waiting", "running", "preempted", "finished"
+_STATUS_AFTER = {"arrive": WAITING, "admit": RUNNING, "resume": RUNNING, "preempt": PREEMPTED, "finish": FINISHED}
+
+
+@dataclass
+class RequestView:
+    spec: RequestSpec
+    status: str = SUBMITTED
+    arrived_at: int | None = None
+    finish_reason: str | None = None
+    generated: int = 0
+
+
+class TraceView:
+    """Request statuses and per-step facts, folded from submissions and events."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, RequestView] = {}
+        self.before: dict[str, str] = {}          # statuses at the start of the last step
+        self.worked: set[str] = set()             # requests that ran prefill or decode in the last step
+
+    def submit(self, spec: RequestSpec) -> None:
+        self.requests[spec.rid] = RequestView(spec)
+
+    def fold(self, t: int, events: list[Event]) -> None:
+        self.before = {rid: r.status for rid, r in self.requests.items()}
+        self.worked = set()
+        for e in events:
+            r = self.requests[e.rid]
+            if e.kind == "arrive":
+                r.arrived_at = t
+            if e.kind in ("prefill", "token"):
+                self.worked.add(e.rid)
+            if e.kind == "token":
+                r.generated += 1
+            elif e.kind == "preempt" and not e.args[1]:
+                r.generated = 0
+            elif e.kind == "finish":
+                r.finish_reason = e.args[0]
+            if e.kind in _STATUS_AFTER and r.status != FINISHED:
+                r.status = _STATUS_AFTER[e.kind]
+
+    def running(self) -> int:
+        return sum(r.status == RUNNING for r in self.requests.values())
+
+    def unfinished(self) -> list[RequestView]:
+        return [r for r in self.requests.values() if r.status != FINISHED]

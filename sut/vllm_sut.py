@@ -1,0 +1,194 @@
+"""vLLM's v1 scheduler (vllm/v1/core/sched/scheduler.py, with its KVCacheManager,
+prefix caching, chunked prefill, preemption and the "priority" policy) as a system
+under test, driven on the CPU with a fake model the way vLLM's own unit tests do:
+schedule() -> a ModelRunnerOutput we make up -> update_from_output().
+
+Install with `scripts/install-vllm.sh` (vLLM without its CUDA stack; pinned in
+constraints-vllm.txt). Config mapping: block_size; num_blocks usable blocks (vLLM
+reserves one more as its null block); max_num_seqs; max_num_batched_tokens;
+prefill_chunk_size as long_prefill_token_threshold; prefix_caching; policy
+"priority" with priority_preemption, else "fcfs". The fields vLLM has no notion
+of are pinned (one depth, one KV plane, incremental allocation, no watermark,
+no WCPB, no CPU snapshots: a preempted request recomputes, keeping its tokens).
+
+The fake model's token is a hash of the request's whole token sequence so far,
+so a recompute yields the same tokens and a wrong context would not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from model.config import Config
+from model.errors import WorkloadError
+from model.events import Event, RequestOutput
+from model.workload import RequestSpec
+from sut.protocol import Capabilities, Observation
+
+PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
+                              allocation="incremental", watermark_blocks=0, execution="mixed")
+MODEL_DIR = Path(__file__).parent / "vllm_model"
+_REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "rejected"}
+
+
+def fake_token(tokens: list[int], vocab: int) -> int:
+    digest = hashlib.blake2b(repr(tokens).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") % vocab
+
+
+class VllmSUT:
+    """One vLLM Scheduler with a fake model runner."""
+
+    def __init__(self, cfg: Config) -> None:
+        import torch
+        from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        self.cfg = cfg
+        self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
+                                         pinned=PINNED)
+        bs = cfg.block_size
+        long_prefill = cfg.prefill_chunk_size if cfg.prefill_chunk_size < cfg.max_num_batched_tokens else 0
+        if cfg.max_num_batched_tokens < cfg.max_num_seqs:
+            raise WorkloadError(f"config.max_num_batched_tokens: vLLM needs at least max_num_seqs "
+                                f"({cfg.max_num_seqs}), got {cfg.max_num_batched_tokens}")
+        sched = SchedulerConfig(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                max_model_len=65536, enable_chunked_prefill=True, is_encoder_decoder=False,
+                                long_prefill_token_threshold=long_prefill,
+                                policy="priority" if cfg.priority_preemption else "fcfs")
+        model = ModelConfig(model=str(MODEL_DIR), skip_tokenizer_init=True, dtype="float32", seed=0,
+                            max_model_len=65536)
+        cache = CacheConfig(block_size=bs, enable_prefix_caching=cfg.prefix_caching)
+        vllm_config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
+                                 device_config=DeviceConfig(device="cpu"))
+        blocks = cfg.num_blocks + 1   # vLLM's block 0 is its reserved null block
+        kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(
+            ["layer"], FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32))])
+        cache.num_gpu_blocks = blocks
+        self.scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv,
+                                   structured_output_manager=StructuredOutputManager(vllm_config),
+                                   block_size=bs, log_stats=False)
+        from vllm.utils.hashing import sha256_cbor
+
+        init_none_hash(sha256_cbor)
+        self.hasher = get_request_block_hasher(bs, sha256_cbor)
+        self.pending: list[RequestSpec] = []
+        self.aborts: list[str] = []
+        self.specs: dict[str, RequestSpec] = {}
+        self.outputs: dict[str, RequestOutput] = {}
+        self.preempted: set[str] = set()
+        self.steps = 0
+
+    def add(self, spec: RequestSpec) -> None:
+        self.pending.append(spec)
+
+    def abort(self, rid: str) -> None:
+        self.aborts.append(rid)
+
+    def _request(self, spec: RequestSpec) -> Any:
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        params = SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True,
+                                stop_token_ids=[spec.stop_token] if spec.stop_token is not None else None)
+        return Request(request_id=spec.rid, prompt_token_ids=list(spec.prompt), sampling_params=params,
+                       pooling_params=None, priority=spec.priority,
+                       arrival_time=float(self.steps) + len(self.specs) * 1e-6, block_hasher=self.hasher)
+
+    def step(self) -> list[Event]:
+        from vllm.v1.outputs import ModelRunnerOutput
+        from vllm.v1.request import RequestStatus
+
+        events: list[Event] = []
+        for spec in self.pending:
+            self.specs[spec.rid] = spec
+            self.outputs[spec.rid] = RequestOutput(spec.rid, [], [], None)
+            self.scheduler.add_request(self._request(spec))
+            events.append(Event("arrive", spec.rid))
+        self.pending = []
+        live = [rid for rid in self.aborts if self.outputs[rid].finish_reason is None]
+        self.aborts = []
+        if live:
+            self.scheduler.finish_requests(live, RequestStatus.FINISHED_ABORTED)
+            for rid in live:
+                events += [Event("abort", rid), Event("finish", rid, ("abort",))]
+                self.outputs[rid].finish_reason = "abort"
+        so = self.scheduler.schedule()
+        for rid in sorted(so.preempted_req_ids or ()):
+            self.preempted.add(rid)
+            events.append(Event("preempt", rid, (None, True)))
+        reqs = self.scheduler.requests
+        new = {r.req_id for r in so.scheduled_new_reqs} | set(getattr(so.scheduled_cached_reqs, "resumed_req_ids",
+                                                                        ()) or ())
+        bs = self.cfg.block_size
+        sampled: list[list[int]] = []
+        ids = list(so.num_scheduled_tokens)
+        for rid in ids:
+            r, n = reqs[rid], so.num_scheduled_tokens[rid]
+            start = r.num_computed_tokens - n
+            if rid in new:
+                hits = start // bs
+                if rid in self.preempted:
+                    self.preempted.discard(rid)
+                    events.append(Event("resume", rid, (hits, 0)))
+                else:
+                    events.append(Event("admit", rid, (hits,)))
+            if start + n > r.num_tokens - 1 and start < r.num_tokens:   # reaches the last known token
+                sampled.append([fake_token(list(r.all_token_ids), 128)])
+            else:
+                sampled.append([])
+            if start < r.num_tokens - 1 or n > 1:
+                events.append(Event("prefill", rid, (start, start + n, 1)))
+        mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
+                                sampled_token_ids=sampled)
+        engine_out = self.scheduler.update_from_output(so, mro)
+        for client_out in engine_out.values():
+            for o in client_out.outputs:
+                out = self.outputs[o.request_id]
+                for tok in o.new_token_ids:
+                    events.append(Event("token", o.request_id, (len(out.token_ids), tok, 1)))
+                    out.token_ids.append(tok)
+                    out.exit_depths.append(1)
+                if o.finish_reason is not None and out.finish_reason is None:
+                    reason = _REASONS.get(str(o.finish_reason).lower().split(".")[-1], "rejected")
+                    out.finish_reason = reason
+                    events.append(Event("finish", o.request_id, (reason,)))
+        self.steps += 1
+        return events
+
+    def observe(self) -> Observation:
+        pool = self.scheduler.kv_cache_manager.block_pool
+        free = pool.get_num_free_blocks()
+        s = self.scheduler
+        key = (tuple((rid, int(r.status), r.num_computed_tokens, len(r.output_token_ids))
+                     for rid, r in sorted(s.requests.items())),
+               tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free,
+               tuple(b.block_id for b in pool.free_block_queue.get_all_free_blocks()))
+        return Observation(blocks_held=self.cfg.num_blocks - free, kv_errors=self._kv_errors(),
+                           outputs=self.outputs, unfinished=bool(self.pending) or s.has_unfinished_requests(),
+                           state_key=key)
+
+    def _kv_errors(self) -> list[str]:
+        """Every block's ref count equals the requests that hold it; free blocks are
+        exactly the unreferenced ones; finished requests hold none."""
+        from collections import Counter
+
+        pool = self.scheduler.kv_cache_manager.block_pool
+        holders: Counter[int] = Counter()
+        for manager in self.scheduler.kv_cache_manager.coordinator.single_type_managers:
+            for rid, blocks in manager.req_to_blocks.items():
+                if self.outputs.get(rid) is not None and self.outputs[rid].finish_reason is not None and blocks:
+                    return [f"finished request {rid} still holds {len(blocks)} blocks"]
+                holders.update(b.block_id for b in blocks if not b.is_null)
+        errors = [f"block {b.block_id}: ref count {b.ref_cnt} != {holders[b.block_id]} holders"
+                  for b in pool.blocks[1:] if b.ref_cnt != holders[b.block_id]]
+        free_ids = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
+        unreferenced = sum(b.ref_cnt == 0 for b in pool.blocks[1:])
+        if len(free_ids) != unreferenced or len(set(free_ids)) != len(free_ids):
+            errors.append(f"free queue holds {len(free_ids)} blocks, {unreferenced} are unreferenced")
+        return errors
