@@ -19,9 +19,10 @@ if TYPE_CHECKING:
 
 
 class Progress(Check):
-    """After the last input (known or scheduled), a repeated scheduling state with work left is a
-    livelock (where the system reports a state key), and `stall_steps` steps in a
-    row with no event at all while requests are unfinished are a stall."""
+    """After the last input (known or scheduled), with requests unfinished: where
+    the system reports a state key, a step with no event that leaves the state as
+    it was is a stall, and any other repeated state a livelock; for any system,
+    `stall_steps` steps in a row with no event at all are a stall."""
 
     name = "progress"
 
@@ -39,6 +40,9 @@ class Progress(Check):
             return
         key = obs.state_key
         if key is not None and driver.sut.capabilities.state_key:
+            if not events and self.seen.get(key) == driver.t - 1:
+                raise Violation("stall", f"nothing happens and nothing changes after step {driver.t - 1} while "
+                                         f"{_names(driver)} wait unfinished", {"start": driver.t - 1, "length": 1})
             if key in self.seen:
                 start = self.seen[key]
                 raise Violation("livelock", f"the state after step {driver.t - 1} repeats the state after step "
@@ -52,9 +56,10 @@ class Progress(Check):
 
 
 class NeverFitRejected(Check):
-    """A request that can never fit the pool finishes (rejected) within
-    `within` steps of its submission and is never admitted; a request that fits
-    is never rejected."""
+    """A request that can never fit the pool (prompt + max_tokens - 1 positions need
+    more blocks than there are) finishes, rejected, within `within` steps of its
+    submission, instead of waiting or running on while it blocks others; a request
+    that fits is never rejected."""
 
     name = "never-fit-rejected"
 
@@ -69,19 +74,17 @@ class NeverFitRejected(Check):
         cfg = driver.cfg
         for e in events:
             spec = driver.view.requests[e.rid].spec
-            if e.kind in ("admit", "resume") and never_fits(spec, cfg):
-                raise Violation("never-fit-admitted", f"{e.rid} was admitted although it needs "
-                                                      f"{lifetime_blocks(spec, cfg)} blocks and the pool has "
-                                                      f"{cfg.num_blocks}")
             if e.kind == "finish" and e.args[0] == "rejected" and not never_fits(spec, cfg):
                 raise Violation("fit-rejected", f"{e.rid} was rejected although it needs "
                                                 f"{lifetime_blocks(spec, cfg)} of {cfg.num_blocks} blocks")
         for rid, t in self.submitted.items():
             r = driver.view.requests[rid]
             if r.status != FINISHED and driver.t - t >= self.within and never_fits(r.spec, cfg):
+                others = [x.spec.rid for x in driver.view.unfinished() if x.spec.rid != rid]
                 raise Violation("never-fit-not-rejected",
-                                f"{rid} needs {lifetime_blocks(r.spec, cfg)} blocks, the pool has "
-                                f"{cfg.num_blocks}; still {r.status} {driver.t - t} steps after submission")
+                                f"{rid} needs {lifetime_blocks(r.spec, cfg)} blocks, the pool has {cfg.num_blocks}; "
+                                f"still {r.status} {driver.t - t} steps after submission"
+                                + (f", with {', '.join(others)} unfinished" if others else ""))
 
 
 class PriorityWaiting(Check):

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from model.errors import WorkloadError
+from sut.protocol import ProtocolError
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -32,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return handlers[args.command](args)
-    except WorkloadError as exc:
+    except (WorkloadError, ProtocolError) as exc:
         print(f"loopcheck {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

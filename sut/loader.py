@@ -31,6 +31,7 @@ def load_factory(spec: str) -> SutFactory:
             loaded = importlib.util.spec_from_file_location(path.stem, path)
             assert loaded is not None and loaded.loader is not None
             module = importlib.util.module_from_spec(loaded)
+            sys.modules[path.stem] = module   # so that classes defined there can find their module
             loaded.loader.exec_module(module)
         else:
             if "" not in sys.path:

@@ -18,6 +18,7 @@ so a recompute yields the same tokens and a wrong context would not.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ class VllmSUT:
     """One vLLM Scheduler with a fake model runner."""
 
     def __init__(self, cfg: Config) -> None:
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")   # before vLLM's first import
         import torch
         from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash

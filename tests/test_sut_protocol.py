@@ -1,0 +1,49 @@
+"""The SUT protocol: a system that breaks it gets one error line naming the rule
+(exit 2), never a traceback and never a reported scheduling bug; an exception
+inside a system is a `crash` violation with a counterexample."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from checks.suite import checks_for
+from loopcheck.cli import main
+from model.config import Config
+from model.workload import RequestSpec, Workload
+from sut.driver import run_workload
+from sut.protocol import ProtocolError
+from tests.broken_adapters import NoneStep, UnknownKind, UnknownRequest, WrongArity
+
+EXAMPLE = str(Path(__file__).parent.parent / "examples" / "livelock_min.json")
+BROKEN = str(Path(__file__).parent / "broken_adapters.py")
+
+
+@pytest.mark.parametrize("adapter,rule", [(NoneStep, "step returns a list of events"),
+                                          (UnknownKind, "event kinds"),
+                                          (UnknownRequest, "events name submitted requests"),
+                                          (WrongArity, "event arity")])
+def test_each_broken_rule_is_named(adapter, rule) -> None:
+    w = Workload(Config(num_blocks=16), (RequestSpec("a", (1, 2), 2),))
+    with pytest.raises(ProtocolError) as caught:
+        run_workload(w, adapter, checks_for("property"))
+    assert caught.value.rule == rule
+
+
+@pytest.mark.parametrize("factory,words", [("NoneStep", "rule 'step returns a list of events'"),
+                                           ("NoObserve", "rule 'verbs'"),
+                                           ("raises_on_build", "rule 'factory(config) builds a system': RuntimeError: cannot build"),
+                                           ("missing", "has no callable 'missing'")])
+def test_the_cli_gives_one_line_and_exit_2(factory, words, capsys) -> None:
+    code = main(["replay", EXAMPLE, "--adapter", f"{BROKEN}:{factory}"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and words in err
+
+
+def test_bad_adapter_specs_are_one_line(capsys) -> None:
+    for spec in ("nonsense", "no_such_module_xyz:f", "nowhere.py:f"):
+        assert main(["simulate", EXAMPLE, "--adapter", spec]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("loopcheck simulate: error: --adapter:")

@@ -1,0 +1,89 @@
+"""vLLM's v1 scheduler behind the SUT protocol (sut/vllm_sut.py): it drains
+workloads that break no property, and loopcheck finds, shrinks and replays its two
+known bugs: the queue-head stall of a request larger than the pool (vLLM issue
+#35541) and the priority inversion when max_num_seqs is the bottleneck (#40004).
+
+Needs the vLLM extra (scripts/install-vllm.sh, which CI runs); without it these
+tests are skipped with that reason, visibly."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from checks.suite import checks_for
+from fuzz.campaign import run_campaign
+from fuzz.strategies import Shape
+from loopcheck.cli import main
+from model.config import Config
+from model.workload import RequestSpec, Workload, load_workload
+from sut.driver import run_workload
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                reason="vLLM is not installed: run scripts/install-vllm.sh")
+EXAMPLES = Path(__file__).parent.parent / "examples" / "vllm"
+
+
+def vllm_config(**changes) -> Config:
+    from sut.vllm_sut import PINNED
+
+    return Config(**{**Config().to_json(), **PINNED, **changes})
+
+
+def factory():
+    from sut.vllm_sut import VllmSUT
+
+    return VllmSUT
+
+
+def test_a_fitting_workload_drains_with_every_property_held() -> None:
+    cfg = vllm_config(num_blocks=10, block_size=2, max_num_seqs=2, max_num_batched_tokens=8, prefix_caching=True,
+                      priority_preemption=False)
+    w = Workload(cfg, (RequestSpec("a", (2, 3, 4, 5, 6), 4), RequestSpec("b", (2, 3, 4), 3, priority=1),
+                       RequestSpec("c", (7, 8), 2, arrival=1, stop_token=5),
+                       RequestSpec("d", (9, 9), 3, arrival=2, abort_at=3)))
+    run = run_workload(w, factory(), checks_for("property"))
+    assert run.violation is None and run.drained
+    assert run.driver.skipped == {"priority-waiting": "the system claims no priority preemption "
+                                                      "(capabilities.priorities)"}
+    events = [e for evs in run.driver.trace for e in evs]
+    assert ("admit", "b", (1,)) in [(e.kind, e.rid, e.args) for e in events]     # a prefix-cache hit
+    assert run.observation.outputs["a"].finish_reason == "length"
+    assert run.observation.outputs["d"].finish_reason == "abort"
+
+
+@pytest.mark.parametrize("name,prop", [("queue_head_stall.json", "stall"),
+                                       ("priority_inversion.json", "priority-inversion")])
+def test_shipped_counterexamples_replay(name, prop, capsys) -> None:
+    w = load_workload(EXAMPLES / name)
+    assert w.extra["property"] == prop and len(w.requests) <= 3
+    assert run_workload(w, factory(), checks_for("property")).violation.prop == prop
+    assert main(["replay", str(EXAMPLES / name), "--adapter", "vllm"]) == 1
+    assert f"REPRODUCED {prop}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("shape,props", [("", {"stall", "never-fit-not-rejected"}),
+                                         ("oversized=off", {"priority-inversion"})])
+def test_fuzzing_finds_each_bug_from_scratch(tmp_path, shape, props) -> None:
+    result = run_campaign("guarded", 120, 1, tmp_path, "random", factory=factory(), check_mode="property",
+                          shape=Shape.parse(shape))
+    assert result.violation is not None and result.violation.prop in props, result.violation
+    assert result.requests <= 3
+    replayed = run_workload(load_workload(result.counterexample), factory(), checks_for("property"))
+    assert replayed.violation is not None and replayed.violation.prop == result.violation.prop
+
+
+def test_a_config_vllm_refuses_is_one_error_line(tmp_path, capsys) -> None:
+    bad = Workload(vllm_config(max_num_seqs=4, max_num_batched_tokens=2), (RequestSpec("a", (1,), 1),))
+    path = tmp_path / "w.json"
+    from model.workload import save_workload
+
+    save_workload(bad, path)
+    assert main(["simulate", str(path), "--adapter", "vllm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("loopcheck simulate: error: config.max_num_batched_tokens: vLLM needs")
+    save_workload(Workload(Config(), (RequestSpec("a", (1,), 1),)), path)
+    assert main(["simulate", str(path), "--adapter", "vllm"]) == 2
+    assert "this system supports only num_loops=1" in capsys.readouterr().err

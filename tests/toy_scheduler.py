@@ -1,0 +1,160 @@
+"""A small third-party-style scheduler that does not share loopcheck's semantics
+(FCFS or priority queue, chunked prefill, incremental KV blocks, LIFO recompute
+preemption, no WCPB, no snapshots), with bugs that can be switched on one at a
+time. The property checks must pass it clean and catch each bug without a
+reference model of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from model.config import Config
+from model.events import Event, RequestOutput
+from model.workload import RequestSpec
+from sut.protocol import Capabilities, Observation
+
+PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
+              allocation="incremental", watermark_blocks=0, execution="mixed")
+BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority",
+        "batch-dependent-token")
+
+
+@dataclass
+class Req:
+    spec: RequestSpec
+    computed: int = 0
+    blocks: int = 0
+    tokens: list[int] = field(default_factory=list)
+    done: str | None = None
+    preempted: bool = False
+
+
+class ToyScheduler:
+    def __init__(self, cfg: Config, bugs: frozenset[str] = frozenset()) -> None:
+        self.cfg, self.bugs = cfg, bugs
+        self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
+                                         pinned=PINNED)
+        self.free = cfg.num_blocks
+        self.pending: list[RequestSpec] = []
+        self.aborting: list[str] = []
+        self.reqs: dict[str, Req] = {}
+        self.waiting: list[Req] = []
+        self.running: list[Req] = []
+
+    def add(self, spec: RequestSpec) -> None:
+        self.pending.append(spec)
+
+    def abort(self, rid: str) -> None:
+        self.aborting.append(rid)
+
+    def _need(self, r: Req, positions: int) -> int:
+        return max(0, -(-positions // self.cfg.block_size) - r.blocks)
+
+    def _release(self, r: Req) -> None:
+        if "leak" not in self.bugs or r.done is None:
+            self.free += r.blocks
+        r.blocks = 0
+
+    def _finish(self, r: Req, reason: str, events: list[Event]) -> None:
+        r.done = reason
+        self._release(r)
+        for queue in (self.waiting, self.running):
+            if r in queue:
+                queue.remove(r)
+        events.append(Event("finish", r.spec.rid, (reason,)))
+
+    def _preempt(self, victim: Req, events: list[Event]) -> None:
+        events.append(Event("preempt", victim.spec.rid, (None, False)))
+        self._release(victim)
+        victim.computed, victim.tokens, victim.preempted = 0, [], True
+        self.waiting.insert(0, victim)
+
+    def step(self) -> list[Event]:
+        cfg, events = self.cfg, []
+        for spec in self.pending:
+            r = self.reqs[spec.rid] = Req(spec)
+            events.append(Event("arrive", spec.rid))
+            life = -(-(len(spec.prompt) + spec.max_tokens - 1) // cfg.block_size)
+            if life > cfg.num_blocks and "no-reject" not in self.bugs:
+                events.append(Event("reject", spec.rid, ("too long",)))
+                self._finish(r, "rejected", events)
+            else:
+                self.waiting.append(r)
+        self.pending = []
+        for rid in self.aborting:
+            r = self.reqs[rid]
+            if "crash-on-abort" in self.bugs and r in self.waiting:
+                raise RuntimeError("abort of a waiting request")
+            if r.done is None:
+                events.append(Event("abort", rid))
+                self._finish(r, "abort", events)
+        self.aborting = []
+        priority = cfg.priority_preemption and "no-priority" not in self.bugs
+        self.waiting.sort(key=lambda r: r.spec.key if priority else (not r.preempted, r.spec.arrival, r.spec.rid))
+        while priority and self.waiting and len(self.running) >= cfg.max_num_seqs:
+            victim = max(self.running, key=lambda v: v.spec.key)   # slots are short: the least urgent goes
+            if victim.spec.priority <= self.waiting[0].spec.priority:
+                break
+            self.running.remove(victim)
+            self._preempt(victim, events)
+        budget, batch = cfg.max_num_batched_tokens, []
+        for r in list(self.running):
+            if r not in self.running:
+                continue
+            n = min(cfg.prefill_chunk_size, len(r.spec.prompt) - r.computed) if r.computed < len(r.spec.prompt) else 1
+            n = min(n, budget) if "budget" not in self.bugs else n
+            if n <= 0:
+                continue
+            while self._need(r, r.computed + n) > self.free and self.running:
+                victim = self.running.pop()       # LIFO; may be r itself
+                self._preempt(victim, events)
+                if victim is r:
+                    break
+            if r in self.running:
+                self.free -= self._need(r, r.computed + n)
+                r.blocks += self._need(r, r.computed + n)
+                budget -= n
+                batch.append((r, n))
+        order = (lambda r: r.spec.key) if priority else (lambda r: (not r.preempted, r.spec.arrival, r.spec.rid))
+        self.waiting.sort(key=order)
+        for r in list(self.waiting):
+            if budget <= 0 or (len(self.running) >= cfg.max_num_seqs and "slot-cap" not in self.bugs):
+                break
+            n = min(cfg.prefill_chunk_size, len(r.spec.prompt), budget)
+            if self._need(r, n) > self.free:
+                if "head-blocks" in self.bugs:
+                    break
+                continue
+            self.waiting.remove(r)
+            self.running.append(r)
+            self.free -= self._need(r, n)
+            r.blocks += self._need(r, n)
+            budget -= n
+            events.append(Event("resume", r.spec.rid, (0, 0)) if r.preempted else Event("admit", r.spec.rid, (0,)))
+            r.preempted = False
+            batch.append((r, n))
+        for r, n in batch:
+            start, r.computed = r.computed, r.computed + n
+            if start < len(r.spec.prompt):
+                events.append(Event("prefill", r.spec.rid, (start, r.computed, 1)))
+            if r.computed >= len(r.spec.prompt) + len(r.tokens):
+                salt = len(batch) if "batch-dependent-token" in self.bugs else 0
+                tok = (sum(r.spec.prompt) + 7 * len(r.tokens) + salt) % 64
+                events.append(Event("token", r.spec.rid, (len(r.tokens), tok, 1)))
+                r.tokens.append(tok)
+                if tok == r.spec.stop_token:
+                    self._finish(r, "stop", events)
+                elif len(r.tokens) >= r.spec.max_tokens:
+                    self._finish(r, "length", events)
+        return events
+
+    def observe(self) -> Observation:
+        held = sum(r.blocks for r in self.reqs.values())
+        errors = [] if self.free + held == self.cfg.num_blocks else [
+            f"free {self.free} + held {held} != {self.cfg.num_blocks}"]
+        outputs = {rid: RequestOutput(rid, list(r.tokens), [1] * len(r.tokens), r.done) for rid, r in self.reqs.items()}
+        key = (tuple((rid, r.computed, r.blocks, len(r.tokens), r.done) for rid, r in self.reqs.items()),
+               tuple(r.spec.rid for r in self.waiting), tuple(r.spec.rid for r in self.running), self.free)
+        return Observation(blocks_held=self.cfg.num_blocks - self.free, kv_errors=errors, outputs=outputs,
+                           unfinished=bool(self.pending) or any(r.done is None for r in self.reqs.values()),
+                           state_key=key)
