@@ -65,10 +65,11 @@ class NeverFitRejected(Check):
 
     def __init__(self, within: int = 3) -> None:
         self.within = within
-        self.submitted: dict[str, int] = {}
+        self.submitted: dict[str, int] = {}   # unfinished requests that never fit -> submission step
 
     def on_input(self, driver: Driver, kind: str, rid: str) -> None:
-        self.submitted.setdefault(rid, driver.t)
+        if kind == "add" and never_fits(driver.view.requests[rid].spec, driver.cfg):
+            self.submitted[rid] = driver.t
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         cfg = driver.cfg
@@ -77,9 +78,11 @@ class NeverFitRejected(Check):
             if e.kind == "finish" and e.args[0] == "rejected" and not never_fits(spec, cfg):
                 raise Violation("fit-rejected", f"{e.rid} was rejected although it needs "
                                                 f"{lifetime_blocks(spec, cfg)} of {cfg.num_blocks} blocks")
-        for rid, t in self.submitted.items():
+        for rid, t in list(self.submitted.items()):
             r = driver.view.requests[rid]
-            if r.status != FINISHED and driver.t - t >= self.within and never_fits(r.spec, cfg):
+            if r.status == FINISHED:
+                del self.submitted[rid]
+            elif driver.t - t >= self.within:
                 others = [x.spec.rid for x in driver.view.unfinished() if x.spec.rid != rid]
                 raise Violation("never-fit-not-rejected",
                                 f"{rid} needs {lifetime_blocks(r.spec, cfg)} blocks, the pool has {cfg.num_blocks}; "

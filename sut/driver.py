@@ -104,7 +104,7 @@ class Driver:
     def step(self) -> list[Event]:
         """One step of the SUT, validated, recorded and checked."""
         self._ensure_ok()
-        events = check_events(self._call("step", self.sut.step), set(self.view.requests))
+        events = check_events(self._call("step", self.sut.step), self.view.requests)
         self.obs = check_observation(self._call("observe", self.sut.observe))
         self.view.fold(self.t, events)
         self.t += 1

@@ -15,7 +15,7 @@ check runs only where its inputs exist, and the report says which did not run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Container, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -111,7 +111,7 @@ def check_sut(sut: object) -> SystemUnderTest:
     return sut  # type: ignore[return-value]
 
 
-def check_events(events: object, known: set[str]) -> list[Event]:
+def check_events(events: object, known: Container[str]) -> list[Event]:
     """step()'s result, validated: a list of Events of known kinds and arities
     about submitted requests; else ProtocolError naming the rule."""
     if not isinstance(events, list):

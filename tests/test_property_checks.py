@@ -53,3 +53,14 @@ def test_the_plugin_writes_a_counterexample_and_the_replay_command(tmp_path, cap
     out = capsys.readouterr().out
     assert f"counterexample: {tmp_path}/counterexample-kv-conservation.json" in out
     assert "replay: loopcheck replay" in out and "--check property" in out
+
+
+def test_verify_on_another_system(capsys) -> None:
+    from loopcheck.cli import main
+
+    toy_file = "tests/toy_scheduler.py"
+    assert main(["verify", "--adapter", f"{toy_file}:ToyScheduler", "--fuzz-seconds", "3", "--seed", "1"]) == 0
+    assert "VERDICT: PASS: no property broke" in capsys.readouterr().out
+    assert main(["verify", "--adapter", f"{toy_file}:leaky", "--fuzz-seconds", "20", "--seed", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "kv-conservation" in out and "VERDICT: FAIL" in out

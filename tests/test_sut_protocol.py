@@ -33,7 +33,7 @@ def test_each_broken_rule_is_named(adapter, rule) -> None:
 
 @pytest.mark.parametrize("factory,words", [("NoneStep", "rule 'step returns a list of events'"),
                                            ("NoObserve", "rule 'verbs'"),
-                                           ("raises_on_build", "rule 'factory(config) builds a system': RuntimeError: cannot build"),
+                                           ("raises_on_build", "builds a system': RuntimeError: cannot build"),
                                            ("missing", "has no callable 'missing'")])
 def test_the_cli_gives_one_line_and_exit_2(factory, words, capsys) -> None:
     code = main(["replay", EXAMPLE, "--adapter", f"{BROKEN}:{factory}"])

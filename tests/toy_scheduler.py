@@ -158,3 +158,8 @@ class ToyScheduler:
         return Observation(blocks_held=self.cfg.num_blocks - self.free, kv_errors=errors, outputs=outputs,
                            unfinished=bool(self.pending) or any(r.done is None for r in self.reqs.values()),
                            state_key=key)
+
+
+def leaky(cfg: Config) -> ToyScheduler:
+    """The toy with its finished requests' blocks never freed."""
+    return ToyScheduler(cfg, frozenset({"leak"}))

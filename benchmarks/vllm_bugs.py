@@ -1,0 +1,35 @@
+"""loopcheck against vLLM's v1 scheduler from scratch (property mode, random configs
+vLLM supports): time to each known bug over seeds, shrunk size, replay. Needs the
+vLLM extra (scripts/install-vllm.sh).
+
+- the queue-head stall of a request larger than the pool (vLLM issue #35541):
+  default workload shape, expecting `stall` or `never-fit-not-rejected`;
+- the priority inversion when max_num_seqs is the bottleneck (#40004): requests
+  that fit the pool (`--shape oversized=off`), expecting `priority-inversion`.
+
+Usage: python -m benchmarks.vllm_bugs [--seeds 5] [--budget 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from benchmarks.fuzz import hunt
+from fuzz.strategies import Shape
+from sut.vllm_sut import VllmSUT
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--budget", type=float, default=60.0)
+    args = parser.parse_args()
+    common = dict(factory=VllmSUT, policy="guarded", configs="random", check="property")
+    print(hunt("vLLM #35541: a request larger than the pool stalls the queue", {"stall", "never-fit-not-rejected"},
+               args.seeds, args.budget, **common))
+    print(hunt("vLLM #40004: priority inversion when max_num_seqs is the bottleneck", {"priority-inversion"},
+               args.seeds, args.budget, shape=Shape.parse("oversized=off"), **common))
+
+
+if __name__ == "__main__":
+    main()
