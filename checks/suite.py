@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from checks.base import Check
+from checks.lifecycle import Lifecycle
 from checks.liveness import NeverFitRejected, PriorityWaiting, Progress
 from checks.lockstep import Lockstep, ProvedBounds
 from checks.outputs import OutputEquivalence
@@ -18,7 +19,8 @@ MODES = ("property", "lockstep")
 
 def property_checks(outputs: bool = True) -> list[Check]:
     """Fresh instances of every property check (checks hold per-run state)."""
-    checks: list[Check] = [Caps(), KvConservation(), Progress(), NeverFitRejected(), PriorityWaiting()]
+    checks: list[Check] = [Lifecycle(), Caps(), KvConservation(), Progress(), NeverFitRejected(),
+                           PriorityWaiting()]
     return checks + ([OutputEquivalence()] if outputs else [])
 
 

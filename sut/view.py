@@ -12,7 +12,8 @@ from model.events import Event
 from model.workload import RequestSpec
 
 SUBMITTED, WAITING, RUNNING, PREEMPTED, FINISHED = "submitted", "waiting", "running", "preempted", "finished"
-_STATUS_AFTER = {"arrive": WAITING, "admit": RUNNING, "resume": RUNNING, "preempt": PREEMPTED, "finish": FINISHED}
+# The status each event leaves its request in.
+AFTER = {"arrive": WAITING, "admit": RUNNING, "resume": RUNNING, "preempt": PREEMPTED, "finish": FINISHED}
 
 
 @dataclass
@@ -50,8 +51,8 @@ class TraceView:
                 r.generated = 0
             elif e.kind == "finish":
                 r.finish_reason = e.args[0]
-            if e.kind in _STATUS_AFTER and r.status != FINISHED:
-                r.status = _STATUS_AFTER[e.kind]
+            if e.kind in AFTER and r.status != FINISHED:
+                r.status = AFTER[e.kind]
 
     def running(self) -> int:
         return sum(r.status == RUNNING for r in self.requests.values())

@@ -30,7 +30,9 @@ def test_the_clean_toy_breaks_no_property(tmp_path) -> None:
 @pytest.mark.parametrize("bug,prop", [("leak", "kv-conservation"), ("no-reject", "never-fit-not-rejected"),
                                       ("slot-cap", "caps"), ("budget", "caps"), ("crash-on-abort", "crash"),
                                       ("no-priority", "priority-inversion"),
-                                      ("batch-dependent-token", "output-equivalence")])
+                                      ("batch-dependent-token", "output-equivalence"),
+                                      ("overshoot", "lifecycle"), ("ignore-stop", "lifecycle"),
+                                      ("self-preempt", "lone-preemption")])
 def test_each_planted_bug_is_caught_by_its_property(bug, prop, tmp_path) -> None:
     with pytest.raises(Violation) as caught:
         run_machine(toy(bug), max_examples=1000, shrink=False, out_dir=tmp_path)

@@ -15,8 +15,8 @@ from sut.protocol import Capabilities, Observation
 
 PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
               allocation="incremental", watermark_blocks=0, execution="mixed")
-BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority",
-        "batch-dependent-token")
+BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
+        "overshoot", "ignore-stop", "self-preempt")
 
 
 @dataclass
@@ -27,6 +27,7 @@ class Req:
     tokens: list[int] = field(default_factory=list)
     done: str | None = None
     preempted: bool = False
+    preempted_once: bool = False
 
 
 class ToyScheduler:
@@ -110,6 +111,11 @@ class ToyScheduler:
                 self._preempt(victim, events)
                 if victim is r:
                     break
+            alone = all(x is r or x.done for x in self.reqs.values())
+            if "self-preempt" in self.bugs and alone and r.tokens and not r.preempted_once:
+                r.preempted_once = True
+                self.running.remove(r)
+                self._preempt(r, events)
             if r in self.running:
                 self.free -= self._need(r, r.computed + n)
                 r.blocks += self._need(r, r.computed + n)
@@ -142,9 +148,9 @@ class ToyScheduler:
                 tok = (sum(r.spec.prompt) + 7 * len(r.tokens) + salt) % 64
                 events.append(Event("token", r.spec.rid, (len(r.tokens), tok, 1)))
                 r.tokens.append(tok)
-                if tok == r.spec.stop_token:
+                if tok == r.spec.stop_token and "ignore-stop" not in self.bugs:
                     self._finish(r, "stop", events)
-                elif len(r.tokens) >= r.spec.max_tokens:
+                elif len(r.tokens) >= r.spec.max_tokens + ("overshoot" in self.bugs):
                     self._finish(r, "length", events)
         return events
 

@@ -1,0 +1,66 @@
+"""Request lifecycle: each request's events come in an order any scheduler must
+keep, and its outputs agree with its limits. Read from the events alone."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from checks.base import Check, Violation
+from checks.needs import lifetime_blocks
+from model.events import Event
+from sut.protocol import Observation
+from sut.view import AFTER, PREEMPTED, RUNNING, SUBMITTED, WAITING
+
+if TYPE_CHECKING:
+    from sut.driver import Driver
+
+# The statuses (as the events so far report them) in which each event may come.
+ALLOWED = {"arrive": {SUBMITTED}, "reject": {WAITING}, "abort": {SUBMITTED, WAITING, RUNNING, PREEMPTED},
+           "admit": {WAITING}, "resume": {PREEMPTED}, "preempt": {RUNNING}, "rewind": {RUNNING},
+           "prefill": {RUNNING}, "token": {RUNNING}, "publish": {RUNNING},
+           "finish": {SUBMITTED, WAITING, RUNNING, PREEMPTED}}
+
+
+class Lifecycle(Check):
+    """Per request: it arrives once, first; it is admitted only while waiting and
+    resumed only while preempted; it is preempted, and does work, only while
+    running; nothing follows its finish. It never gets more than max_tokens tokens;
+    `finish(length)` comes with exactly max_tokens, `finish(stop)` right after its
+    stop token, and its stop token, once generated, finishes it in that step. A
+    request that fits the pool alone is never preempted while no other request is
+    in the system (waiting, running or preempted): nobody could need its blocks."""
+
+    name = "lifecycle"
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        view, cfg = driver.view, driver.cfg
+        status = dict(view.before)
+        for e in events:
+            now = status.get(e.rid, SUBMITTED)
+            if now not in ALLOWED[e.kind]:
+                raise Violation("lifecycle", f"{e} while {e.rid} is {now}")
+            if e.kind == "preempt" and self._alone(e.rid, status) and (
+                    lifetime_blocks(view.requests[e.rid].spec, cfg) + cfg.watermark_blocks <= cfg.num_blocks):
+                raise Violation("lone-preemption", f"{e.rid} was preempted while no other request was in the "
+                                                   "system, although it fits the pool alone")
+            status[e.rid] = AFTER.get(e.kind, now)
+        for e in events:
+            r = view.requests[e.rid]
+            spec = r.spec
+            if e.kind == "token" and r.generated > spec.max_tokens:
+                raise Violation("lifecycle", f"{e.rid} has {r.generated} tokens, max_tokens is {spec.max_tokens}")
+            if e.kind == "finish" and e.args[0] == "length" and r.generated != spec.max_tokens:
+                raise Violation("lifecycle", f"{e.rid} finished for length with {r.generated} of "
+                                             f"{spec.max_tokens} tokens")
+            if e.kind == "token" and spec.stop_token is not None and e.args[1] == spec.stop_token and not any(
+                    x.kind == "finish" and x.rid == e.rid for x in events):
+                raise Violation("lifecycle", f"{e.rid} generated its stop token {spec.stop_token} and did not "
+                                             "finish")
+            if e.kind == "finish" and e.args[0] == "stop":
+                last = [x for x in events if x.kind == "token" and x.rid == e.rid]
+                if spec.stop_token is None or not last or last[-1].args[1] != spec.stop_token:
+                    raise Violation("lifecycle", f"{e.rid} finished for stop without its stop token")
+
+    @staticmethod
+    def _alone(rid: str, status: dict[str, str]) -> bool:
+        return not any(x != rid and s in (WAITING, RUNNING, PREEMPTED) for x, s in status.items())
