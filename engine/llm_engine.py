@@ -11,7 +11,7 @@ from engine.kv_cache import BlockPool, KVStore
 from engine.lm import LMShape, LoopedLM
 from engine.runner import ModelRunner
 from engine.scheduler import Scheduler
-from engine.sequence import FINISHED, Sequence
+from engine.sequence import FINISHED, PREEMPTED, RUNNING, Sequence
 from model.config import Config
 from model.errors import WorkloadError
 from model.events import Event, RequestOutput
@@ -100,7 +100,18 @@ class LLMEngine:
         return self.cfg.num_blocks - self.pool.free_count()
 
     def conservation_errors(self) -> list[str]:
-        return self.pool.conservation_errors(self.scheduler.held_pages())
+        """KV conservation on the real pool, and nothing held where it must not be:
+        pages only by running sequences, CPU snapshots only by preempted ones, WCPB
+        rows only by running ones."""
+        errors = self.pool.conservation_errors(self.scheduler.held_pages())
+        for s in self.scheduler.seqs:
+            if s.pages and s.status != RUNNING:
+                errors.append(f"{s.rid} is {s.status} but holds {len(s.pages)} pages")
+            if s.snapshot is not None and s.status != PREEMPTED:
+                errors.append(f"{s.rid} is {s.status} but holds a CPU snapshot")
+            if s.hidden is not None and s.status != RUNNING:
+                errors.append(f"{s.rid} is {s.status} but holds WCPB hidden rows")
+        return errors
 
     # ----- snapshot hooks -----------------------------------------------------------
     def _offload(self, seq: Sequence) -> None:

@@ -86,9 +86,9 @@ class LoopcheckMachine(RuleBasedStateMachine):
 
     requests = Bundle("requests")
 
-    def setup(self, config: Config, prefixes: tuple[tuple[int, ...], ...]) -> None:
+    def setup(self, config: Config, prefixes: tuple[tuple[int, ...], ...], shape: Shape) -> None:
         cls = type(self)
-        self.prefixes = prefixes
+        self.prefixes, self.example_shape = prefixes, shape
         try:
             self.driver = Driver(cls.factory, config, checks_for(cls.mode), cls.stats.note_step)
         except WorkloadError:
@@ -117,15 +117,14 @@ class LoopcheckMachine(RuleBasedStateMachine):
     @rule(target=requests, data=st.data())
     def add(self, data: st.DataObject) -> str:
         cls = type(self)
-        fields = data.draw(request_bodies(self.prefixes, cls.max_prompt, cls.max_tokens, cls.shape,
+        fields = data.draw(request_bodies(self.prefixes, cls.max_prompt, cls.max_tokens, self.example_shape,
                                           self.driver.cfg.max_positions))
         spec = RequestSpec(rid=f"q{len(self.driver.specs)}", **fields)
         self.guarded(self.driver.add, spec)
         cls.stats.rules["add"] += 1
         return spec.rid
 
-    @precondition(lambda self: self.ok() and type(self).shape.aborts == "on"
-                  and self.driver.sut.capabilities.abort)
+    @precondition(lambda self: self.ok() and self.example_shape.aborts == "on" and self.driver.sut.capabilities.abort)
     @rule(rid=requests)
     def abort(self, rid: str) -> None:
         self.guarded(self.driver.abort, rid)
@@ -152,12 +151,12 @@ def machine_class(configs: st.SearchStrategy[Config], factory: SutFactory = Torc
                   max_tokens: int = 5, shape: Shape = DEFAULT_SHAPE, source: str = "loopcheck fuzz"
                   ) -> type[LoopcheckMachine]:
     """A machine class bound to a config strategy, a system, a check mode, an
-    output folder and a workload shape."""
+    output folder and a workload shape (each example draws a swarm subset of it)."""
 
     class BoundLoopcheckMachine(LoopcheckMachine):
-        @initialize(config=configs, prefixes=PREFIXES)
-        def start(self, config: Config, prefixes: tuple[tuple[int, ...], ...]) -> None:
-            self.setup(config, prefixes)
+        @initialize(config=configs, prefixes=PREFIXES, example_shape=shape.swarm())
+        def start(self, config: Config, prefixes: tuple[tuple[int, ...], ...], example_shape: Shape) -> None:
+            self.setup(config, prefixes, example_shape)
 
     BoundLoopcheckMachine.factory = staticmethod(factory)  # type: ignore[assignment]
     BoundLoopcheckMachine.mode = mode

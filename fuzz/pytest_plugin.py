@@ -29,8 +29,14 @@ from sut.protocol import SutFactory
 
 
 def factory_name(factory: SutFactory) -> str:
-    """How `--adapter` names this factory."""
-    return f"{factory.__module__}:{getattr(factory, '__qualname__', getattr(factory, '__name__', '?'))}"
+    """How `--adapter` names this factory: MODULE:NAME where that names this very
+    object, else a placeholder for the user to fill in."""
+    import sys
+
+    module, name = getattr(factory, "__module__", None), getattr(factory, "__qualname__", None)
+    if module and name and getattr(sys.modules.get(module), name, None) is factory:
+        return f"{module}:{name}"
+    return "MODULE:FACTORY"
 
 
 def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] | None = None,

@@ -58,6 +58,15 @@ class Shape:
                                     f"got {value!r}")
         return cls(**values)
 
+    def swarm(self) -> st.SearchStrategy[Shape]:
+        """Swarm testing: shapes in which each feature that is on is switched off
+        with probability 1/4, so that examples exercise varied subsets of the
+        features and combinations that one feature masks come up too."""
+        names = list(self.__dataclass_fields__)
+        picks = [st.sampled_from([ON, ON, ON, OFF]) if getattr(self, n) == ON else st.just(getattr(self, n))
+                 for n in names]
+        return st.tuples(*picks).map(lambda values: Shape(**dict(zip(names, values, strict=True))))
+
     def __str__(self) -> str:
         return ",".join(f"{k}={getattr(self, k)}" for k in self.__dataclass_fields__)
 
