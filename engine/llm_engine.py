@@ -26,7 +26,15 @@ class LLMEngine:
     with one torch thread (set on construction) so outputs are bit-reproducible.
     """
 
+    MAX_POSITIONS = 2**16   # attention is padded to the whole pool: beyond this a step takes seconds
+
     def __init__(self, cfg: Config, batch_invariant: bool = True) -> None:
+        if cfg.max_positions > self.MAX_POSITIONS:
+            raise WorkloadError(f"config.num_blocks: the torch engine holds at most {self.MAX_POSITIONS} token "
+                                f"positions, this pool has {cfg.max_positions} (num_blocks x block_size / planes)")
+        if cfg.vocab_size > self.MAX_POSITIONS:
+            raise WorkloadError(f"config.vocab_size: the torch engine's LM takes at most {self.MAX_POSITIONS}, "
+                                f"got {cfg.vocab_size}")
         torch.set_num_threads(1)
         self.cfg = cfg
         shape = LMShape(vocab=cfg.vocab_size, max_positions=cfg.max_positions)

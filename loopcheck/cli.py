@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from loopcheck.inputs import check_places
 from model.errors import WorkloadError
 from sut.protocol import ProtocolError
 
@@ -32,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, handlers = _parser()
     args = parser.parse_args(argv)
     try:
+        check_places(args)
         return handlers[args.command](args)
     except (WorkloadError, ProtocolError) as exc:
         print(f"loopcheck {args.command}: error: {exc}", file=sys.stderr)

@@ -18,7 +18,8 @@ DEFAULT_CONFIG = Path(__file__).parent.parent / "examples" / "livelock.json"
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--requests", type=int, default=3, help="K: requests in the encodings (1..6)")
+    p.add_argument("--requests", type=int, default=3,
+                   help="K: requests in the encodings (2..6: a waiting request and a victim at least)")
     p.add_argument("--steps", type=int, default=6, help="k: unrolled steps for BMC (1..16)")
     p.add_argument("--config", help="workload file whose config the BMC uses "
                                     "(default: the regression config)")
@@ -72,8 +73,8 @@ def prove(args: argparse.Namespace, quiet: bool = False) -> tuple[list[ProofResu
 
 def run(args: argparse.Namespace) -> int:
     """Prove the admission/preemption rules with z3 (and find the unguarded livelock)."""
-    if not 1 <= args.requests <= 6 or not 1 <= args.steps <= 16:
-        print("loopcheck prove: error: --requests must be 1..6 and --steps 1..16", file=sys.stderr)
+    if not 2 <= args.requests <= 6 or not 1 <= args.steps <= 16:
+        print("loopcheck prove: error: --requests must be 2..6 and --steps 1..16", file=sys.stderr)
         return 2
     banner(0, argv_of(args), sys.stderr if args.json else None)
     results, written = prove(args, quiet=args.json)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -11,6 +12,16 @@ EXECUTIONS = ("refill", "mixed")
 POLICIES = ("unguarded", "guarded")
 KV_LAYOUTS = ("shared", "last_exited")
 ALLOCATIONS = ("upfront", "incremental")
+
+
+MAX_SIZE = 2**20   # any size beyond this is a typo, and would exhaust memory somewhere
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise WorkloadError(f"config.{name}: must be an integer, got {json.dumps(value)}")
+    if not minimum <= value <= MAX_SIZE:
+        raise WorkloadError(f"config.{name}: must be in [{minimum}, {MAX_SIZE}], got {value}")
 
 
 @dataclass(frozen=True)
@@ -45,16 +56,12 @@ class Config:
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
                      "prefill_chunk_size", "num_loops", "min_loops", "vocab_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise WorkloadError(f"config.{name}: must be a positive integer, got {value!r}")
+            _check_int(name, getattr(self, name), 1)
         for name in ("watermark_blocks", "max_bypasses", "model_seed"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise WorkloadError(f"config.{name}: must be a non-negative integer, got {value!r}")
+            _check_int(name, getattr(self, name), 0)
         for name in ("wcpb", "priority_preemption", "prefix_caching", "snapshots"):
             if not isinstance(getattr(self, name), bool):
-                raise WorkloadError(f"config.{name}: must be true or false")
+                raise WorkloadError(f"config.{name}: must be true or false, got {json.dumps(getattr(self, name))}")
         for name, allowed in (("execution", EXECUTIONS), ("preemption_policy", POLICIES),
                               ("kv_layout", KV_LAYOUTS), ("allocation", ALLOCATIONS)):
             if getattr(self, name) not in allowed:
@@ -62,8 +69,9 @@ class Config:
                                     f"got {getattr(self, name)!r}")
         if self.min_loops > self.num_loops:
             raise WorkloadError("config.min_loops: must not exceed num_loops")
-        if not isinstance(self.exit_threshold, (int, float)) or not 0 <= self.exit_threshold <= 1:
-            raise WorkloadError("config.exit_threshold: must be a number in [0, 1]")
+        threshold = self.exit_threshold
+        if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 <= threshold <= 1:
+            raise WorkloadError(f"config.exit_threshold: must be a number in [0, 1], got {json.dumps(threshold)}")
         if self.watermark_blocks >= self.num_blocks:
             raise WorkloadError("config.watermark_blocks: must be smaller than num_blocks")
         if self.planes > self.num_blocks:

@@ -58,11 +58,17 @@ _REQUEST_KEYS = {"id", "prompt", "max_tokens", "arrival", "priority", "stop_toke
                  "abort_at", "script_tokens", "script_exit_depths"}
 
 
-def _int(where: str, value: Any, minimum: int | None = None) -> int:
+MAX_STEP = 10**6        # arrival and abort steps: beyond, every run would be that long
+MAX_VALUE = 2**31 - 1
+
+
+def _int(where: str, value: Any, minimum: int | None = None, maximum: int = MAX_VALUE) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise WorkloadError(f"{where}: must be an integer, got {value!r}")
+        raise WorkloadError(f"{where}: must be an integer, got {json.dumps(value)}")
     if minimum is not None and value < minimum:
         raise WorkloadError(f"{where}: must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise WorkloadError(f"{where}: must be <= {maximum}, got {value}")
     return value
 
 
@@ -94,16 +100,18 @@ def request_from_json(data: Any, index: int, config: Config) -> RequestSpec:
     if not prompt:
         raise WorkloadError(f"{where}.prompt: must not be empty")
     stop = data.get("stop_token")
+    if stop is not None and _int(f"{where}.stop_token", stop, 0) >= config.vocab_size:
+        raise WorkloadError(f"{where}.stop_token: must be < vocab_size ({config.vocab_size}), got {stop}")
     abort_at = data.get("abort_at")
-    arrival = _int(f"{where}.arrival", data.get("arrival", 0), 0)
-    if abort_at is not None and _int(f"{where}.abort_at", abort_at, 0) < arrival:
+    arrival = _int(f"{where}.arrival", data.get("arrival", 0), 0, MAX_STEP)
+    if abort_at is not None and _int(f"{where}.abort_at", abort_at, 0, MAX_STEP) < arrival:
         raise WorkloadError(f"{where}.abort_at: must be >= arrival ({arrival}), got {abort_at}")
     return RequestSpec(
         rid=rid,
         prompt=prompt,
-        max_tokens=_int(f"{where}.max_tokens", data["max_tokens"], 1),
+        max_tokens=_int(f"{where}.max_tokens", data["max_tokens"], 1, 2**20),
         arrival=arrival,
-        priority=_int(f"{where}.priority", data.get("priority", 0)),
+        priority=_int(f"{where}.priority", data.get("priority", 0), -MAX_VALUE),
         stop_token=None if stop is None else _int(f"{where}.stop_token", stop, 0),
         abort_at=abort_at,
         script_tokens=_int_list(f"{where}.script_tokens", data.get("script_tokens", []),
@@ -175,17 +183,46 @@ def workload_from_json(data: Any) -> Workload:
     return Workload(config, requests, extra)
 
 
-def load_workload(path: str | Path) -> Workload:
-    """Read and validate a workload or counterexample file."""
+MAX_FILE_BYTES = 64 * 2**20
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    for k in keys:
+        if keys.count(k) > 1:
+            raise WorkloadError(f"key {k!r}: appears twice in one JSON object")
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> Any:
+    raise WorkloadError(f"{name}: not a JSON number")
+
+
+def parse_json(text: str, where: str) -> Any:
+    """Strict JSON: no duplicate keys, no NaN or Infinity, bounded nesting."""
     try:
-        text = Path(path).read_text()
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    except RecursionError as exc:
+        raise WorkloadError(f"{where}: JSON nested too deeply") from exc
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Read and validate a workload or counterexample file (a regular file of UTF-8
+    JSON, at most 64 MiB)."""
+    target = Path(path)
+    try:
+        if not target.is_file():
+            raise WorkloadError(f"{path}: {'no such file' if not target.exists() else 'not a regular file'}")
+        if target.stat().st_size > MAX_FILE_BYTES:
+            raise WorkloadError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
+        text = target.read_bytes().decode("utf-8")
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read file ({exc.strerror})") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
-    return workload_from_json(data)
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+    return workload_from_json(parse_json(text, str(path)))
 
 
 def save_workload(workload: Workload, path: str | Path) -> None:

@@ -31,7 +31,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys) -> None:
                                "requests": []}))
     assert main(["simulate", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["loopcheck simulate: error: config.num_blocks: must be a positive integer, got -3"]
+    assert err == ["loopcheck simulate: error: config.num_blocks: must be in [1, 1048576], got -3"]
     assert main(["simulate", str(tmp_path / "nope.json")]) == 2
     assert main(["simulate", EXAMPLE, "--max-steps", "0"]) == 2
 
