@@ -4,6 +4,7 @@ counterexample file."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from fuzz.machine import Stats, machine_class, write_counterexample
 from fuzz.shrink import shrink
 from fuzz.strategies import DEFAULT_SHAPE, Shape, configs
 from model.config import Config, regression_config
-from model.errors import WorkloadError
+from model.errors import StopRequest, WorkloadError, exit_code
 from model.workload import load_workload
 from sut.driver import run_workload
 from sut.loader import capabilities_of
@@ -44,6 +45,7 @@ class CampaignResult:
     requests: int = 0
     time_to_failure: float | None = None
     notes: list[str] = field(default_factory=list)
+    interrupted: int | None = None     # the exit code of the interrupt that stopped it
 
 
 def open_database(spec: str | None, out: Path) -> ExampleDatabase:
@@ -91,6 +93,34 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
     database = open_database(db, out)
     start = time.monotonic()
     result = CampaignResult(seed_value, 0.0, stats)
+    try:
+        with StopRequest.deferred():   # a signal stops the run at the next driver action
+            run_batches(machine, database, seed_value, budget_seconds, batch_examples, start, result, progress)
+    except KeyboardInterrupt as exc:
+        result.interrupted = exit_code(exc)
+    result.time_to_failure = stats.first_failure_at
+    recorded = out / "last-failure.json"
+    if result.interrupted is not None and result.violation is None and recorded.exists():
+        found = json.loads(recorded.read_text())     # interrupted after a failure: report it, unshrunk
+        result.violation = Violation(found["property"], found["message"])
+        result.counterexample = out / f"counterexample-{found['property']}.json"
+    if result.violation is not None and result.interrupted is None:
+        try:
+            with StopRequest.deferred():
+                finalise(result, out, factory, check_mode, max_replays, progress)
+        except KeyboardInterrupt as exc:   # the unshrunk file the machine wrote stays
+            result.interrupted = exit_code(exc)
+            result.counterexample = out / f"counterexample-{result.violation.prop}.json"
+            result.notes.append("shrinking was interrupted; the counterexample is not shrunk")
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budget_seconds: float,
+                batch_examples: int, start: float, result: CampaignResult,
+                progress: Callable[[str], None] | None) -> None:
+    """Seeded batches of the machine until a violation (kept in `result`) or the
+    budget is spent; a progress line after each."""
     batch = 0
     while time.monotonic() - start < budget_seconds:
         test = get_state_machine_test(machine, settings=settings(
@@ -104,23 +134,19 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
                                                             database=database)
         try:
             seeded()
+            StopRequest.check()
         except Violation as v:
             result.violation = v
-        except BaseException as exc:  # noqa: BLE001 - Hypothesis may wrap or group failures
+        except Exception as exc:  # noqa: BLE001 - Hypothesis may wrap or group failures
             found = [e for e in getattr(exc, "exceptions", [exc]) if isinstance(e, Violation)]
             if not found:
                 raise
             result.violation = found[0]
         batch += 1
         if progress:
-            progress(progress_line(time.monotonic() - start, stats))
+            progress(progress_line(time.monotonic() - start, result.stats))
         if result.violation is not None:
-            break
-    result.time_to_failure = stats.first_failure_at
-    if result.violation is not None:
-        finalise(result, out, factory, check_mode, max_replays, progress)
-    result.seconds = time.monotonic() - start
-    return result
+            return
 
 
 def finalise(result: CampaignResult, out: Path, factory: SutFactory, check_mode: str, max_replays: int,

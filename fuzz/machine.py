@@ -23,7 +23,7 @@ from checks.base import Violation
 from checks.suite import checks_for
 from fuzz.strategies import DEFAULT_SHAPE, VOCAB, Shape, request_bodies
 from model.config import Config
-from model.errors import WorkloadError
+from model.errors import StopRequest, WorkloadError
 from model.events import Event
 from model.workload import RequestSpec, Workload, save_workload
 from sut.driver import Driver
@@ -97,7 +97,9 @@ class LoopcheckMachine(RuleBasedStateMachine):
 
     def guarded(self, action, *args) -> None:
         """Run a driver action; on the first violation write the counterexample (the
-        final, shrunk failure overwrites earlier ones) and fail the test case."""
+        final, shrunk failure overwrites earlier ones) and fail the test case. A stop
+        request (Ctrl-C, SIGTERM) that Hypothesis swallowed is raised again here."""
+        StopRequest.check()
         try:
             action(*args)
         except Violation as v:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from checks.base import Check, Violation
+from model.errors import StopRequest
 from model.workload import RequestSpec, Workload
 from sut.driver import run_workload
 from sut.protocol import SutFactory
@@ -73,6 +74,7 @@ def shrink(w: Workload, prop: str, factory: SutFactory, checks: Callable[[], lis
             if replays >= max_replays:
                 break
             replays += 1
+            StopRequest.check()
             v = run_workload(cand, factory, checks()).violation
             if v is not None and v.prop == prop:
                 w, best, improved = cand, v, True

@@ -1,17 +1,20 @@
 """`loopcheck` entry point: parses arguments and dispatches to one command module.
 
 Exit codes shared by every command: 0 the check passed, 1 it found a problem
-(a liveness failure, a counterexample, a failed obligation), 2 bad input.
+(a liveness failure, a counterexample, a failed obligation), 2 bad input, 130
+interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
 from loopcheck.inputs import check_places
-from model.errors import WorkloadError
+from loopcheck.report import LAST_REPRODUCE
+from model.errors import StopRequest, Terminated, WorkloadError, exit_code
 from sut.protocol import ProtocolError
 
 Command = Callable[[argparse.Namespace], int]
@@ -29,15 +32,30 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     return parser, handlers
 
 
+def _stop(signum: int, frame: object) -> None:
+    StopRequest.request(Terminated() if signum == signal.SIGTERM else KeyboardInterrupt())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser, handlers = _parser()
     args = parser.parse_args(argv)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         check_places(args)
         return handlers[args.command](args)
     except (WorkloadError, ProtocolError) as exc:
         print(f"loopcheck {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        code = exit_code(exc)
+        print(f"loopcheck {args.command}: interrupted ({'SIGTERM' if code == 143 else 'SIGINT'}); "
+              "files written so far are kept", file=sys.stderr)
+        if LAST_REPRODUCE:
+            print(LAST_REPRODUCE[0], file=sys.stderr)
+        return code
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

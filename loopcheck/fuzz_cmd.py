@@ -13,7 +13,7 @@ from pathlib import Path
 from fuzz.campaign import BRANCHES, CampaignResult, main_progress, run_campaign
 from fuzz.strategies import Shape
 from loopcheck.options import add_adapter, add_check_mode, check_mode_of
-from loopcheck.report import banner
+from loopcheck.report import banner, reproduce_line
 from sut.loader import capabilities_of, load_factory
 
 
@@ -66,7 +66,13 @@ def run(args: argparse.Namespace) -> int:
         results = [_worker(jobs[0])]
     else:
         with ProcessPoolExecutor(args.workers) as pool:
-            results = list(pool.map(_worker, jobs))
+            futures = [pool.submit(_worker, job) for job in jobs]
+            try:
+                results = [f.result() for f in futures]
+            except KeyboardInterrupt:   # stop the workers too; their files stay
+                for process in list(getattr(pool, "_processes", {}).values()):
+                    process.terminate()
+                raise
     failed = [r for r in results if r.violation is not None]
     summary = {
         "adapter": args.adapter, "check": check, "policy": args.policy, "seed": seed_value,
@@ -75,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         "branches_covered": sorted({b for r in results for b in BRANCHES if r.stats.branches[b]}),
         "counterexamples": [{"property": r.violation.prop, "message": r.violation.message,
                              "file": str(r.counterexample), "requests": r.requests,
-                             "time_to_failure": r.time_to_failure} for r in failed],
+                             "time_to_failure": r.time_to_failure, "notes": r.notes} for r in failed],
+        "interrupted": any(r.interrupted is not None for r in results),
     }
     if args.json:
         print(json.dumps(summary))
@@ -83,10 +90,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"{summary['examples']} examples, {summary['steps']} steps, scheduler branches "
               f"{len(summary['branches_covered'])}/{len(BRANCHES)}: {' '.join(summary['branches_covered'])}")
         for c in summary["counterexamples"]:
-            print(f"COUNTEREXAMPLE {c['property']}: {c['message']}\n  found after {c['time_to_failure']:.1f}s, "
-                  f"shrunk to {c['requests']} requests: {c['file']}\n"
+            found = f"found after {c['time_to_failure']:.1f}s" if c["time_to_failure"] is not None else "found"
+            shrunk = f"shrunk to {c['requests']} requests" if not c["notes"] else "; ".join(c["notes"])
+            print(f"COUNTEREXAMPLE {c['property']}: {c['message']}\n  {found}, {shrunk}: {c['file']}\n"
                   f"  replay: loopcheck replay {c['file']} --adapter {args.adapter} --check {check}")
-        if not failed:
-            print(f"no counterexample in {args.budget_seconds:g}s ({args.adapter}, {check} checks, "
-                  f"policy {args.policy})")
+    interrupted = [r.interrupted for r in results if r.interrupted is not None]
+    if not failed and not args.json:
+        spent = (f"in the {max(r.seconds for r in results):.1f}s before the interrupt" if interrupted
+                 else f"in {args.budget_seconds:g}s")
+        print(f"no counterexample {spent} ({args.adapter}, {check} checks, policy {args.policy})")
+    if interrupted:
+        print(f"INTERRUPTED: the summary covers the run until then; {reproduce_line(argv)}", file=sys.stderr)
+        return interrupted[0]
     return 1 if failed else 0

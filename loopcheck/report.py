@@ -20,9 +20,13 @@ def reproduce_line(argv: Sequence[str]) -> str:
     return "reproduce: loopcheck " + " ".join(shlex.quote(a) for a in argv)
 
 
+LAST_REPRODUCE: list[str] = []   # the reproduce line of the running command, for interrupts
+
+
 def banner(seed: int, argv: Sequence[str], stream=None) -> None:
     """Print the seed and the one command that reproduces this run (to stderr when
     stdout carries JSON)."""
     out = stream or sys.stdout
+    LAST_REPRODUCE[:] = [reproduce_line(argv)]
     print(f"seed: {seed}", file=out)
-    print(reproduce_line(argv), file=out)
+    print(LAST_REPRODUCE[0], file=out, flush=True)

@@ -1,5 +1,48 @@
-"""The one error type for bad user input (workload files, configs, requests)."""
+"""The error types every layer shares: bad user input, and a request to stop."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class WorkloadError(ValueError):
     """Bad input; the message names the offending field and is shown as one line."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so that
+    long runs stop the same clean way (exit 143 instead of 130)."""
+
+
+def exit_code(interrupt: KeyboardInterrupt) -> int:
+    """The shell's exit code for a run stopped by this interrupt."""
+    return 143 if isinstance(interrupt, Terminated) else 130
+
+
+class StopRequest:
+    """A stop asked for by a signal (Ctrl-C, SIGTERM). Outside `deferred()` the
+    handler raises the interrupt at once; inside, it only records it, and the code
+    raises it at its next safe point (`check`), so that no library is interrupted
+    halfway through its own bookkeeping."""
+
+    pending: KeyboardInterrupt | None = None
+    _deferring = 0
+
+    @classmethod
+    def request(cls, interrupt: KeyboardInterrupt) -> None:
+        cls.pending = interrupt
+        if not cls._deferring:
+            raise interrupt
+
+    @classmethod
+    def check(cls) -> None:
+        if cls.pending is not None:
+            raise cls.pending
+
+    @classmethod
+    @contextmanager
+    def deferred(cls) -> Iterator[None]:
+        cls._deferring += 1
+        try:
+            yield
+        finally:
+            cls._deferring -= 1
