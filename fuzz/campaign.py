@@ -1,5 +1,5 @@
 """Time-boxed fuzz campaigns: seeded batches of stateful runs against an example
-database, a progress line per batch, and on failure a shrunk, replayable
+database, a progress line about every two seconds, and on failure a shrunk, replayable
 counterexample file."""
 
 from __future__ import annotations
@@ -93,9 +93,12 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
     database = open_database(db, out)
     start = time.monotonic()
     result = CampaignResult(seed_value, 0.0, stats)
+    if progress:   # a line within TICK seconds, then about every TICK seconds
+        stats.ticker = lambda: progress(progress_line(time.monotonic() - start, stats))
+        stats.next_tick = start + Stats.TICK
     try:
         with StopRequest.deferred():   # a signal stops the run at the next driver action
-            run_batches(machine, database, seed_value, budget_seconds, batch_examples, start, result, progress)
+            run_batches(machine, database, seed_value, budget_seconds, batch_examples, start, result)
     except KeyboardInterrupt as exc:
         result.interrupted = exit_code(exc)
     result.time_to_failure = stats.first_failure_at
@@ -117,10 +120,9 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
 
 
 def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budget_seconds: float,
-                batch_examples: int, start: float, result: CampaignResult,
-                progress: Callable[[str], None] | None) -> None:
+                batch_examples: int, start: float, result: CampaignResult) -> None:
     """Seeded batches of the machine until a violation (kept in `result`) or the
-    budget is spent; a progress line after each."""
+    budget is spent."""
     batch = 0
     while time.monotonic() - start < budget_seconds:
         test = get_state_machine_test(machine, settings=settings(
@@ -143,8 +145,6 @@ def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budge
                 raise
             result.violation = found[0]
         batch += 1
-        if progress:
-            progress(progress_line(time.monotonic() - start, result.stats))
         if result.violation is not None:
             return
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,10 +41,17 @@ class Stats:
     rules: Counter = field(default_factory=Counter)
     branches: Counter = field(default_factory=Counter)
     first_failure_at: float | None = None
+    ticker: Callable[[], None] | None = None   # called about every TICK seconds of stepping
+    next_tick: float = 0.0
+
+    TICK = 2.0
 
     def note_step(self, events: list[Event], obs: Observation) -> None:
-        """Scheduler branches, as far as events show them."""
+        """Scheduler branches, as far as events show them; and the ticker, when due."""
         self.steps += 1
+        if self.ticker is not None and time.monotonic() >= self.next_tick:
+            self.next_tick = time.monotonic() + self.TICK
+            self.ticker()
         for e in events:
             name = e.kind
             if e.kind in ("admit", "resume") and e.args[0] > 0:

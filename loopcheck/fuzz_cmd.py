@@ -36,9 +36,13 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def _worker(job: tuple) -> CampaignResult:
-    adapter, check, policy, budget, seed_value, out, mode, db, shape, progress = job
+    adapter, check, policy, budget, seed_value, out, mode, db, shape, label = job
+
+    def progress(line: str) -> None:
+        main_progress(f"{label}{line}")
+
     return run_campaign(policy, budget, seed_value, Path(out), mode, db, load_factory(adapter), check,
-                        Shape.parse(shape), progress=main_progress if progress else None)
+                        Shape.parse(shape), progress=progress if label is not None else None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     banner(seed_value, argv, sys.stderr)
     jobs = [(args.adapter, check, args.policy, args.budget_seconds, seed_value + 100_003 * w,
              str(Path(args.out) / f"w{w}"), configs, args.db or str(Path(args.out) / "db"), str(shape),
-             not args.json) for w in range(args.workers)]
+             None if args.json else (f"w{w} " if args.workers > 1 else "")) for w in range(args.workers)]
     if args.workers == 1:
         results = [_worker(jobs[0])]
     else:
