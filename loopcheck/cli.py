@@ -18,16 +18,22 @@ from model.errors import StopRequest, Terminated, WorkloadError, exit_code
 from sut.protocol import ProtocolError
 
 Command = Callable[[argparse.Namespace], int]
+EXIT_CODES = ("exit codes: 0 the check passed; 1 it found a problem (a counterexample, a liveness failure, a "
+              "failed obligation, an incomplete exploration); 2 bad input (one error line); 130 Ctrl-C; 143 SIGTERM")
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     from loopcheck import commands
 
-    parser = argparse.ArgumentParser(prog="loopcheck", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="loopcheck", epilog=EXIT_CODES,
+        description="Verify LLM-serving schedulers: prove the reference policy, explore it, fuzz any scheduler "
+                    "behind the SUT protocol (sut/protocol.py) and replay what was found.")
     sub = parser.add_subparsers(dest="command", required=True)
     handlers: dict[str, Command] = {}
     for name, (register, handler) in commands.REGISTRY.items():
-        register(sub.add_parser(name, help=handler.__doc__.splitlines()[0]))
+        summary = handler.__doc__.splitlines()[0]
+        register(sub.add_parser(name, help=summary, description=summary, epilog=EXIT_CODES))
         handlers[name] = handler
     return parser, handlers
 

@@ -22,12 +22,13 @@ from model.workload import Workload, save_workload
 
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", help="workload JSON (loopcheck/workload@1)")
-    p.add_argument("--max-states", type=int, default=200_000)
+    p.add_argument("--max-states", type=int, default=200_000,
+                   help="stop at this many states with an INCOMPLETE verdict (default 200000)")
     p.add_argument("--spread", type=int, default=0,
                    help="enumerate each request's arrival shifted by 0..SPREAD")
     p.add_argument("--no-reduce", action="store_true", help="keep finished requests' details")
-    p.add_argument("--policy", choices=("unguarded", "guarded"))
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--policy", choices=("unguarded", "guarded"), help="override config.preemption_policy")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", metavar="DIR", help="write a found lasso (.json, .graphml, .dot)")
 
 

@@ -22,17 +22,18 @@ def register(p: argparse.ArgumentParser) -> None:
     add_check_mode(p)
     p.add_argument("--policy", choices=("unguarded", "guarded"), default="guarded",
                    help="config.preemption_policy of the drawn configs")
-    p.add_argument("--budget-seconds", type=float, default=60.0)
+    p.add_argument("--budget-seconds", type=float, default=60.0,
+                   help="stop generating after this long (default 60); shrinking a failure comes after")
     p.add_argument("--seed", type=int, help="default: a fresh random seed (printed)")
     p.add_argument("--out", default="loopcheck-fuzz", help="example database and counterexamples")
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1, help="parallel campaigns with seeds derived from --seed")
     p.add_argument("--configs", choices=("regression", "random"), default=None,
                    help="the regression config, or random small configs covering every switch (default: "
                         "regression for systems with loopcheck's semantics, else random)")
     p.add_argument("--shape", default="", metavar="NAME=on|off|INT,...",
                    help=f"workload features: {', '.join(Shape.__dataclass_fields__)} (default all on)")
     p.add_argument("--db", help="example database: a folder (default OUT/db) or redis://host:port/n")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON summary")
 
 
 def _worker(job: tuple) -> CampaignResult:
@@ -46,8 +47,7 @@ def _worker(job: tuple) -> CampaignResult:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Fuzz a system: property checks, and lockstep with the reference model where
-    the system shares its semantics (exit 1 on a counterexample)."""
+    """Fuzz a system with its property (and lockstep) checks (exit 1 on a counterexample)."""
     if not (math.isfinite(args.budget_seconds) and args.budget_seconds > 0) or args.workers < 1:
         print("loopcheck fuzz: error: --budget-seconds must be a finite number > 0 and --workers >= 1",
               file=sys.stderr)

@@ -23,7 +23,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=6, help="k: unrolled steps for BMC (1..16)")
     p.add_argument("--config", help="workload file whose config the BMC uses "
                                     "(default: the regression config)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     p.add_argument("--out", metavar="DIR", help="write counterexample files here")
 

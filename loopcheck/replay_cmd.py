@@ -28,8 +28,8 @@ def register(p: argparse.ArgumentParser) -> None:
     add_check_mode(p)
     p.add_argument("--max-steps", type=int, default=None,
                    help="stop after this many steps (default: the checks' own step cap)")
-    p.add_argument("--policy", choices=("unguarded", "guarded"))
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--policy", choices=("unguarded", "guarded"), help="override config.preemption_policy")
+    p.add_argument("--json", action="store_true", help="print one JSON object (with the trace)")
     p.add_argument("--plot", metavar="PNG", help="draw finished, preemptions and blocks held per step")
 
 
@@ -135,8 +135,7 @@ def argv_of(args: argparse.Namespace, mode: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Replay a counterexample step by step (exit 1 when a violation reproduces or
-    it does not drain)."""
+    """Replay a counterexample step by step (exit 1 when a violation reproduces)."""
     if args.max_steps is not None and args.max_steps < 1:
         print("loopcheck replay: error: --max-steps: must be >= 1", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ from sut.simulate import simulate
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", help="workload or counterexample JSON (loopcheck/workload@1)")
     add_adapter(p, "model")
-    p.add_argument("--max-steps", type=int, default=500)
+    p.add_argument("--max-steps", type=int, default=500, help="stop after this many steps (default 500)")
     p.add_argument("--policy", choices=("unguarded", "guarded"),
                    help="override config.preemption_policy")
     p.add_argument("--no-preemption", action="store_true",
@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     """Run a workload on a system (exit 1 if it does not drain or crashes)."""
     if args.max_steps < 1:
         print("loopcheck simulate: error: --max-steps: must be >= 1", file=sys.stderr)
+        return 2
+    if args.trace and not args.json:
+        print("loopcheck simulate: error: --trace: only with --json (the trace is part of the JSON)", file=sys.stderr)
         return 2
     workload = prepare(args)
     factory = factory_of(args)

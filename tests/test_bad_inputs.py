@@ -97,6 +97,7 @@ def flag_cases(tmp: Path) -> list[tuple[list[str], str]]:
     ex = str(EXAMPLE)
     return [
         (["simulate", ex, "--max-steps", "0"], "--max-steps"),
+        (["simulate", ex, "--trace"], "--trace"),
         (["replay", ex, "--max-steps", "0"], "--max-steps"),
         (["replay", ex, "--plot", str(tmp / "nowhere" / "p.png")], "--plot"),
         (["replay", ex, "--plot", str(tmp / "p.txt")], "--plot"),
@@ -125,3 +126,16 @@ def test_bad_flags(tmp_path, capsys) -> None:
     for argv, words in flag_cases(tmp_path):
         assert main(argv) == 2, argv
         one_error_line(capsys, words)
+
+
+def test_every_flag_has_help_and_every_command_its_exit_codes() -> None:
+    import argparse
+
+    from loopcheck.cli import _parser
+
+    parser, _ = _parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in sub.choices.items():
+        assert command.description and "exit codes" in (command.epilog or ""), name
+        for action in command._actions:
+            assert action.help, f"{name} {action.option_strings or action.dest}"
