@@ -101,6 +101,7 @@ class LoopcheckMachine(RuleBasedStateMachine):
             self.driver = Driver(cls.factory, config, checks_for(cls.mode), cls.stats.note_step)
         except WorkloadError:
             reject()   # the system refuses this config: draw another
+        self.guarded(self.driver.raise_failure)   # a crash while building the system is a finding
         cls.stats.examples += 1
 
     def guarded(self, action, *args) -> None:

@@ -19,8 +19,16 @@ from model.errors import WorkloadError
 from model.events import Event
 from model.simulate import Counters
 from model.workload import RequestSpec, Workload, submit_due
-from sut.protocol import Observation, ProtocolError, SutFactory, check_events, check_observation, check_sut
-from sut.view import TraceView
+from sut.protocol import (
+    Observation,
+    ProtocolError,
+    SutFactory,
+    SystemUnderTest,
+    check_events,
+    check_observation,
+    check_sut,
+)
+from sut.view import FINISHED, TraceView
 
 OnStep = Callable[[list[Event], Observation], None]
 
@@ -62,10 +70,16 @@ class Driver:
         self.failure: Violation | None = None
         self.last_input = 0          # the step of the latest add or abort
         self.inputs_until = -1       # inputs are scheduled up to this step (recorded workloads)
-        self.sut = check_sut(self._call("construct", lambda: factory(cfg)))
-        check_pinned(self.sut.capabilities.pinned, cfg)
         self.checks: list[Check] = []
         self.skipped: dict[str, str] = {}
+        self.obs = Observation()
+        self._index: dict[str, int] = {}   # request id -> position in specs
+        self.sut: SystemUnderTest
+        try:
+            self.sut = check_sut(self._call("construct", lambda: factory(cfg)))
+        except Violation:
+            return   # the crash is kept in `failure`; the first call raises it, so it gets recorded
+        check_pinned(self.sut.capabilities.pinned, cfg)
         for c in checks:
             reason = c.unavailable(self.sut.capabilities, cfg)
             if reason is None:
@@ -77,11 +91,12 @@ class Driver:
     # ----- inputs ------------------------------------------------------------------------
     def add(self, spec: RequestSpec) -> None:
         """Submit a request; it arrives at this step."""
-        self._ensure_ok()
+        self.raise_failure()
         spec = replace(spec, arrival=self.t, abort_at=None)
         if spec.rid in self.view.requests:
             raise WorkloadError(f"request {spec.rid!r}: duplicate request id")
         self._call("add", lambda: self.sut.add(spec))
+        self._index[spec.rid] = len(self.specs)
         self.specs.append(spec)
         self.view.submit(spec)
         self.last_input = self.t
@@ -90,9 +105,9 @@ class Driver:
 
     def abort(self, rid: str) -> None:
         """Abort a request at this step (no effect once finished or already aborted)."""
-        self._ensure_ok()
-        index = next(i for i, s in enumerate(self.specs) if s.rid == rid)
-        if self.specs[index].abort_at is not None or self.view.requests[rid].status == "finished":
+        self.raise_failure()
+        index = self._index[rid]
+        if self.specs[index].abort_at is not None or self.view.requests[rid].status == FINISHED:
             return
         self._call("abort", lambda: self.sut.abort(rid))
         self.specs[index] = replace(self.specs[index], abort_at=self.t)
@@ -103,7 +118,7 @@ class Driver:
     # ----- stepping ----------------------------------------------------------------------
     def step(self) -> list[Event]:
         """One step of the SUT, validated, recorded and checked."""
-        self._ensure_ok()
+        self.raise_failure()
         events = check_events(self._call("step", self.sut.step), self.view.requests)
         self.obs = check_observation(self._call("observe", self.sut.observe))
         self.view.fold(self.t, events)
@@ -134,7 +149,7 @@ class Driver:
     def finish(self, max_steps: int | None = None) -> None:
         """Drain within the checks' step cap, or `max_steps` if given (else a
         liveness violation), then run every check's end-of-run test."""
-        self._ensure_ok()
+        self.raise_failure()
         caps = [c for c in (c.step_cap(self) for c in self.checks) if c is not None]
         cap = max_steps if max_steps is not None else min(caps, default=self.default_cap())
         if not self.run_to_drain(cap):
@@ -149,7 +164,9 @@ class Driver:
         """What was submitted so far, as a replayable workload."""
         return Workload(self.cfg, tuple(self.specs))
 
-    def _ensure_ok(self) -> None:
+    def raise_failure(self) -> None:
+        """Raise the violation found so far, if any (a crash while building the SUT
+        included)."""
         if self.failure is not None:
             raise self.failure
 
