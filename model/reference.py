@@ -14,7 +14,7 @@ from typing import Protocol
 
 from model.config import Config
 from model.events import Event, TokenOutcome
-from model.state import FINISHED, PENDING, PREEMPTED, RUNNING, WAITING, SchedState
+from model.state import FINISHED, PENDING, PREEMPTED, RUNNING, WAITING, ReqState, SchedState
 from model.workload import RequestSpec, Workload
 
 
@@ -77,7 +77,13 @@ class _Step:
         self.batch: dict[int, tuple[str, int, int]] = {}  # i -> (kind, start, end)
         self.budget = self.cfg.max_num_batched_tokens
         self.stage: str | None = None
-        self.skipped: list[int] = []
+        self.running_now = {i for i, r in enumerate(self.reqs) if r.status == RUNNING}
+        # Requests skipped so far in this pass, with the number of fresh admissions
+        # made before each was skipped: each later fresh admission is one bypass of it
+        # (added to its record when the step ends, see `settle_bypasses`).
+        self.skipped: list[tuple[int, int]] = []
+        self.fresh_admissions = 0
+        self.blocked_from = float("inf")   # fresh_admissions at which a skipped request hits max_bypasses
 
     # ----- pool -----------------------------------------------------------------
     @property
@@ -113,7 +119,15 @@ class _Step:
 
     # ----- request helpers --------------------------------------------------------
     def running(self) -> list[int]:
-        return [i for i, r in enumerate(self.reqs) if r.status == RUNNING]
+        return sorted(self.running_now)
+
+    def set_status(self, i: int, r: ReqState) -> None:
+        """Replace request i's record, keeping the set of running requests in step."""
+        self.reqs[i] = r
+        if r.status == RUNNING:
+            self.running_now.add(i)
+        else:
+            self.running_now.discard(i)
 
     def prompt_len(self, i: int) -> int:
         return len(self.specs[i].prompt)
@@ -162,7 +176,7 @@ class _Step:
     def fits(self, i: int, plan: Plan, active: bool) -> bool:
         """Slots, and blocks: free - cache-only pages the hits reuse - watermark
         (while active) must cover the private pages."""
-        if len(self.running()) >= self.cfg.max_num_seqs:
+        if len(self.running_now) >= self.cfg.max_num_seqs:
             return False
         hit_cache_only = sum(1 for k in range(plan.hits)
                              if self.cache.get(self.prompt_hash(i, k)) == 0)
@@ -185,16 +199,15 @@ class _Step:
         self.reqs[v] = r
         self.release(v)
         if self.cfg.snapshots:
-            self.reqs[v] = replace(self.reqs[v], status=PREEMPTED)
+            self.set_status(v, replace(self.reqs[v], status=PREEMPTED))
         else:
-            self.reqs[v] = replace(self.reqs[v], status=PREEMPTED, frontier=0, chunk_end=0,
-                                   generated=0)
+            self.set_status(v, replace(self.reqs[v], status=PREEMPTED, frontier=0, chunk_end=0, generated=0))
         self.emit("preempt", v, self.specs[by].rid, self.cfg.snapshots)
 
     def finish(self, i: int, reason: str) -> None:
         self.release(i)
-        self.reqs[i] = replace(self.reqs[i], status=FINISHED, finish=reason,
-                               chunk_end=self.reqs[i].frontier, chunk_depth=0)
+        self.set_status(i, replace(self.reqs[i], status=FINISHED, finish=reason,
+                                   chunk_end=self.reqs[i].frontier, chunk_depth=0))
         self.emit("finish", i, reason)
 
     # ----- phases -----------------------------------------------------------------
@@ -210,9 +223,9 @@ class _Step:
                 else:
                     self.reqs[i] = replace(self.reqs[i], status=WAITING)
         aborts = self.env.aborts(self.t)
-        for i in sorted(range(len(self.specs)), key=lambda j: (self.specs[j].arrival, j)):
-            spec = self.specs[i]
-            if spec.rid in aborts and self.reqs[i].status not in (PENDING, FINISHED):
+        aborted = [i for i, spec in enumerate(self.specs) if spec.rid in aborts] if aborts else []
+        for i in sorted(aborted, key=lambda j: (self.specs[j].arrival, j)):
+            if self.reqs[i].status not in (PENDING, FINISHED):
                 self.emit("abort", i)
                 self.finish(i, "abort")
 
@@ -253,7 +266,19 @@ class _Step:
         self.put_in_batch(i, (kind, start, end))
 
     def bypass_blocked(self) -> bool:
-        return any(self.reqs[j].bypasses >= self.cfg.max_bypasses for j in self.skipped)
+        """Some request skipped earlier in this pass has been bypassed max_bypasses times."""
+        return self.fresh_admissions >= self.blocked_from
+
+    def skip(self, i: int) -> None:
+        self.skipped.append((i, self.fresh_admissions))
+        limit = self.cfg.max_bypasses - self.reqs[i].bypasses + self.fresh_admissions
+        self.blocked_from = min(self.blocked_from, limit)
+
+    def settle_bypasses(self) -> None:
+        """Each skipped request was bypassed by every fresh admission after its skip."""
+        for j, before in self.skipped:
+            if self.fresh_admissions > before:
+                self.reqs[j] = replace(self.reqs[j], bypasses=self.reqs[j].bypasses + self.fresh_admissions - before)
 
     def choose_victim(self, i: int, active: bool) -> int | None:
         """Priority preemption for waiting request i: None means do not preempt."""
@@ -272,12 +297,12 @@ class _Step:
     def preflight(self, i: int, v: int, others: frozenset[int], active: bool) -> bool:
         """Guarded check: would i fit once v is preempted, counting prefix pages that
         other running requests are still prefilling as hits (optimistic)?"""
-        saved = (list(self.reqs), self.free, dict(self.cache))
-        self.reqs[v] = replace(self.reqs[v], status=PREEMPTED)
+        saved = (list(self.reqs), self.free, dict(self.cache), set(self.running_now))
+        self.set_status(v, replace(self.reqs[v], status=PREEMPTED))
         self.release(v)
         plan = self.plan(i, pending_from=others)
         ok = plan is not None and self.fits(i, plan, active)
-        self.reqs, self.free, self.cache = saved
+        self.reqs, self.free, self.cache, self.running_now = saved
         return ok
 
     def schedule_waiting(self, i: int, active: bool) -> None:
@@ -285,7 +310,7 @@ class _Step:
         plan = self.plan(i)
         if (plan is None or not self.stage_allows(self.kind_of(i, plan))
                 or (fresh and self.bypass_blocked())):
-            self.skipped.append(i)
+            self.skip(i)
             return
         admitted = self.fits(i, plan, active)
         if not admitted and self.cfg.priority_preemption:
@@ -298,7 +323,7 @@ class _Step:
                 if not admitted and self.cfg.preemption_policy == "guarded":
                     self.guard.add((i, budget))
         if not admitted:
-            self.skipped.append(i)
+            self.skip(i)
             return
         assert plan is not None
         self.admit(i, plan, fresh)
@@ -311,15 +336,14 @@ class _Step:
             hashes.append(h)
         self.take_private(plan.pages - plan.hits)
         r = self.reqs[i]
-        self.reqs[i] = replace(r, status=RUNNING, frontier=plan.frontier,
-                               chunk_end=plan.frontier, chunk_depth=0,
-                               pages=tuple(hashes) + (None,) * (plan.pages - plan.hits),
-                               bypasses=0)
+        self.set_status(i, replace(r, status=RUNNING, frontier=plan.frontier,
+                                   chunk_end=plan.frontier, chunk_depth=0,
+                                   pages=tuple(hashes) + (None,) * (plan.pages - plan.hits),
+                                   bypasses=0))
         self.guard = {g for g in self.guard if g[0] != i}
         if fresh:
             self.emit("admit", i, plan.hits)
-            for j in self.skipped:
-                self.reqs[j] = replace(self.reqs[j], bypasses=self.reqs[j].bypasses + 1)
+            self.fresh_admissions += 1
         else:
             self.emit("resume", i, plan.hits, plan.restored)
         kind = self.kind_of(i, plan)
@@ -385,6 +409,7 @@ class _Step:
     def run(self) -> tuple[SchedState, list[Event]]:
         self.arrivals_and_aborts()
         self.schedule()
+        self.settle_bypasses()
         self.execute()
         state = SchedState(self.t + 1, tuple(self.reqs), self.free,
                            tuple(self.cache.items()), frozenset(self.guard))

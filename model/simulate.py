@@ -23,15 +23,23 @@ class WorkloadEnv:
     """
 
     def __init__(self, workload: Workload) -> None:
-        self.workload = workload
+        self._workload: Workload | None = workload
+        self._config = workload.config
         self._specs = {r.rid: r for r in workload.requests}
         self._extra_aborts: dict[int, set[str]] = {}
         self._fed: dict[tuple[str, int], TokenOutcome] | None = None
 
+    @property
+    def workload(self) -> Workload:
+        """The requests submitted so far (built again only after a submission)."""
+        if self._workload is None:
+            self._workload = Workload(self._config, tuple(self._specs.values()))
+        return self._workload
+
     def submit(self, spec: RequestSpec) -> None:
-        """Append one request to the workload."""
-        self.workload = Workload(self.workload.config, self.workload.requests + (spec,))
+        """Append one request to the workload (its id must be new)."""
         self._specs[spec.rid] = spec
+        self._workload = None
 
     def abort_now(self, rid: str, step: int) -> None:
         self._extra_aborts.setdefault(step, set()).add(rid)
