@@ -1,25 +1,20 @@
 """KV need of a request as the contract defines it (docs/semantics.md, KV
-accounting), for checks that judge any scheduler against it."""
+accounting; the rules themselves live in model/reference.py), for checks that
+judge any scheduler against it."""
 
 from __future__ import annotations
 
 from model.config import Config
+from model.reference import ceil_div, never_fits, total_pages
 from model.workload import RequestSpec
 
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+__all__ = ["admission_blocks", "lifetime_blocks", "never_fits"]
 
 
 def lifetime_blocks(spec: RequestSpec, cfg: Config) -> int:
     """Blocks the request holds at its largest: every page of prompt + max_tokens - 1
     positions, times the planes a page costs."""
-    return ceil_div(len(spec.prompt) + spec.max_tokens - 1, cfg.block_size) * cfg.planes
-
-
-def never_fits(spec: RequestSpec, cfg: Config) -> bool:
-    """The request cannot complete even with the whole pool to itself."""
-    return lifetime_blocks(spec, cfg) > cfg.num_blocks
+    return total_pages(spec, cfg) * cfg.planes
 
 
 def admission_blocks(spec: RequestSpec, generated: int, cfg: Config) -> int:

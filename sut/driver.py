@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from checks.base import Check, Violation
@@ -40,9 +40,9 @@ def crash(verb: str, exc: BaseException, step: int) -> Violation:
     return Violation("crash", f"{type(exc).__name__}: {exc} (in {verb}(){where})", step=step)
 
 
-def check_pinned(factory_caps_pinned: dict[str, Any], cfg: Config) -> None:
+def check_pinned(pinned: dict[str, Any], cfg: Config) -> None:
     """Refuse a config that contradicts what the SUT supports (bad input, exit 2)."""
-    for name, value in factory_caps_pinned.items():
+    for name, value in pinned.items():
         if getattr(cfg, name) != value:
             raise WorkloadError(f"config.{name}: this system supports only {name}={value!r}, "
                                 f"got {getattr(cfg, name)!r}")
@@ -199,7 +199,6 @@ class Run:
     driver: Driver
     violation: Violation | None
     drained: bool
-    notes: list[str] = field(default_factory=list)
 
     @property
     def observation(self) -> Observation:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from model.config import Config
 from model.events import KINDS, Event, RequestOutput
@@ -79,7 +79,6 @@ class Observation:
     state_key: Hashable | None = None
 
 
-@runtime_checkable
 class SystemUnderTest(Protocol):
     capabilities: Capabilities
 
