@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         print("loopcheck explore: error: --max-states must be >= 1 and --spread >= 0", file=sys.stderr)
         return 2
     workload = prepare(args)
-    banner(workload.config.model_seed, argv_of(args), sys.stderr if args.json else None)
+    banner(None, argv_of(args), sys.stderr if args.json else None)
     figures, (ex, live) = summary(workload, args)
     written = []
     if live.lasso is not None and args.out:

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if not 2 <= args.requests <= 6 or not 1 <= args.steps <= 16:
         print("loopcheck prove: error: --requests must be 2..6 and --steps 1..16", file=sys.stderr)
         return 2
-    banner(0, argv_of(args), sys.stderr if args.json else None)
+    banner(None, argv_of(args), sys.stderr if args.json else None)
     results, written = prove(args, quiet=args.json)
     if args.junit:
         write_junit(results, args.junit)

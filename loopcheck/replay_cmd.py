@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     args.workload, args.no_preemption = args.file, False
     workload = prepare(args)
     mode = check_mode_of(args, capabilities_of(factory_of(args), workload.config).semantics)
-    banner(workload.config.model_seed, argv_of(args, mode), sys.stderr if args.json else None)
+    banner(None, argv_of(args, mode), sys.stderr if args.json else None)
     rep = replay(workload, args, mode)
     if args.plot:
         plot(workload, rep, args.plot)

@@ -23,10 +23,11 @@ def reproduce_line(argv: Sequence[str]) -> str:
 LAST_REPRODUCE: list[str] = []   # the reproduce line of the running command, for interrupts
 
 
-def banner(seed: int, argv: Sequence[str], stream=None) -> None:
-    """Print the seed and the one command that reproduces this run (to stderr when
-    stdout carries JSON)."""
+def banner(seed: int | None, argv: Sequence[str], stream=None) -> None:
+    """Print the seed (None: the run draws nothing at random, so the same input
+    gives the same run) and the one command that reproduces this run (to stderr
+    when stdout carries JSON)."""
     out = stream or sys.stdout
     LAST_REPRODUCE[:] = [reproduce_line(argv)]
-    print(f"seed: {seed}", file=out)
+    print(f"seed: {seed}" if seed is not None else "seed: none (deterministic: same input, same run)", file=out)
     print(LAST_REPRODUCE[0], file=out, flush=True)

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     workload = prepare(args)
     factory = factory_of(args)
-    banner(workload.config.model_seed, argv_of(args), sys.stderr if args.json else None)
+    banner(None, argv_of(args), sys.stderr if args.json else None)
     result, crashed = simulate(workload, factory, args.max_steps, args.adapter, args.trace)
     if args.json:
         out = result.to_json(with_trace=args.trace)

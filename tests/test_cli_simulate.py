@@ -22,7 +22,7 @@ def test_livelock_exits_1_and_guarded_exits_0(capsys) -> None:
         assert key in data
     assert data["drained"] and data["finished"] == data["total"] == 10
     assert set(data["requests"]["r0"]) == {"token_ids", "exit_depths", "finish_reason"}
-    assert "seed: 0" in captured.err
+    assert "seed: none (deterministic" in captured.err
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys) -> None:
