@@ -3,6 +3,7 @@ and GraphML / DOT drawings of the lasso."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -57,14 +58,17 @@ def lasso_graph(graph: nx.DiGraph, lasso: Lasso) -> nx.DiGraph:
 
 
 def write_dot(small: nx.DiGraph, path: Path) -> None:
+    """Nodes and edges with their labels; an edge label puts each event on a line of
+    its own, whole (never cut mid-event)."""
     def q(text: str) -> str:
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        parts = re.split(r"(?<=\)) ", text)   # events are "kind(args)", joined by spaces
+        return '"' + "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in parts) + '"'
 
     lines = ["digraph lasso {", "  node [shape=box, fontname=monospace];"]
     for n, data in small.nodes(data=True):
         style = ", color=red" if data["cycle"] else ""
         lines.append(f"  {n} [label={q(data['label'])}{style}];")
     for a, b, data in small.edges(data=True):
-        lines.append(f"  {a} -> {b} [label={q(data['label'][:80])}];")
+        lines.append(f"  {a} -> {b} [label={q(data['label'])}];")
     lines.append("}")
     path.write_text("\n".join(lines) + "\n")

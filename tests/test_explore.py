@@ -76,7 +76,11 @@ def test_explore_cli_writes_a_lasso_that_loops_on_the_engine(tmp_path, capsys) -
     lasso = load_workload(tmp_path / "lasso.json")
     assert lasso.extra["property"] == "livelock"
     assert nx.read_graphml(tmp_path / "lasso.graphml").number_of_nodes() >= 2
-    assert (tmp_path / "lasso.dot").read_text().startswith("digraph lasso")
+    dot = (tmp_path / "lasso.dot").read_text()
+    assert dot.startswith("digraph lasso")
+    edge_labels = [line.split("label=", 1)[1][1:-3] for line in dot.splitlines() if " -> " in line]
+    events = [e for label in edge_labels for e in label.split("\\n") if e]
+    assert events and all(e.endswith(")") for e in events)   # whole events, one per line
     run = simulate_engine(lasso, 300)
     assert not run.drained and run.counters.preemptions > 100
     assert main(["replay", str(tmp_path / "lasso.json"), "--adapter", "torch"]) == 1
