@@ -101,7 +101,7 @@ class PriorityWaiting(Check):
 
     def __init__(self, within: int = 3) -> None:
         self.within = within
-        self.streak: dict[str, int] = {}
+        self.streak: tuple[str, int] | None = None   # (request, qualifying steps in a row)
         self.free_before: int | None = None
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
@@ -116,18 +116,18 @@ class PriorityWaiting(Check):
         waiting = [r for r in view.requests.values()
                    if view.before.get(r.spec.rid) in (WAITING, PREEMPTED) and r.status in (WAITING, PREEMPTED)]
         if not waiting:
-            self.streak.clear()
+            self.streak = None
             return
         w = min(waiting, key=lambda r: r.spec.key)
         rid = w.spec.rid
         blocks = admission_blocks(w.spec, w.generated, cfg) + cfg.watermark_blocks
         more_urgent_ran = any(view.requests[x].spec.key < w.spec.key for x in view.worked)
         less_urgent_ran = [x for x in view.worked if view.requests[x].spec.priority > w.spec.priority]
-        if blocks <= free_before and less_urgent_ran and not more_urgent_ran:
-            self.streak = {rid: self.streak.get(rid, 0) + 1}
-        else:
-            self.streak = {}
-        if self.streak.get(rid, 0) >= self.within:
+        if not (blocks <= free_before and less_urgent_ran and not more_urgent_ran):
+            self.streak = None
+            return
+        self.streak = (rid, self.streak[1] + 1 if self.streak and self.streak[0] == rid else 1)
+        if self.streak[1] >= self.within:
             raise Violation("priority-inversion",
                             f"{rid} (priority {w.spec.priority}) waited {self.within} steps in a row while less "
                             f"urgent {', '.join(sorted(less_urgent_ran))} ran, although it needs {blocks} blocks "

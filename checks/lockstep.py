@@ -1,7 +1,6 @@
 """Lockstep conformance: the SUT paired with the reference model, compared step by
 step. Only for systems that implement docs/semantics.md (capabilities.semantics
-== "loopcheck"). Also the proved-bound checks, which hold only under those
-semantics."""
+== "loopcheck"). Also the bounds model/bounds.py claims under those semantics."""
 
 from __future__ import annotations
 
@@ -74,9 +73,10 @@ class Lockstep(Check):
             raise Violation("safety", "; ".join(problems))
 
 
-class ProvedBounds(Check):
+class ModelBounds(Check):
     """Steps to drain and preemptions stay within model/bounds.py's bounds, where it
-    claims one (guarded policy, upfront allocation)."""
+    claims one (guarded policy, upfront allocation). They are derived in
+    docs/bounds.md from proved per-step facts; the bounds themselves are not proved."""
 
     name = "bounds"
 

@@ -46,6 +46,9 @@ class OutputEquivalence(Check):
         caps = driver.sut.capabilities
         ref_cfg = unconstrained(workload, caps.pinned)
         ref = run_workload(Workload(ref_cfg, workload.requests), driver.factory, (), max_steps=driver.default_cap())
+        if ref.violation is not None:
+            raise Violation("output-equivalence",
+                            f"the same workload on the unconstrained config broke: {ref.violation}")
         if not ref.drained:
             raise Violation("output-equivalence", f"the same workload on the unconstrained config does not drain "
                                                   f"in {ref.driver.t} steps")

@@ -2,7 +2,8 @@
 
 - property mode: checks that need no reference model, for any system;
 - lockstep mode: property mode plus conformance with the reference model and the
-  bounds proved for its semantics (systems that implement docs/semantics.md).
+  bounds model/bounds.py derives for its semantics (systems that implement
+  docs/semantics.md).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from checks.base import Check
 from checks.lifecycle import Lifecycle
 from checks.liveness import NeverFitRejected, PriorityWaiting, Progress
-from checks.lockstep import Lockstep, ProvedBounds
+from checks.lockstep import Lockstep, ModelBounds
 from checks.outputs import OutputEquivalence
 from checks.safety import Caps, KvConservation
 
@@ -26,5 +27,5 @@ def property_checks(outputs: bool = True) -> list[Check]:
 
 def checks_for(mode: str, outputs: bool = True) -> list[Check]:
     """The checks of a mode, fresh."""
-    extra: list[Check] = [Lockstep(), ProvedBounds()] if mode == "lockstep" else []
+    extra: list[Check] = [Lockstep(), ModelBounds()] if mode == "lockstep" else []
     return extra + property_checks(outputs)

@@ -19,7 +19,7 @@ from hypothesis.stateful import get_state_machine_test
 
 from checks.base import Violation
 from checks.suite import checks_for
-from fuzz.machine import Stats, machine_class, write_counterexample
+from fuzz.machine import LAST_FAILURE, Stats, counterexample_path, machine_class, write_counterexample
 from fuzz.shrink import shrink
 from fuzz.strategies import DEFAULT_SHAPE, Shape, configs
 from model.config import Config, regression_config
@@ -102,18 +102,18 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
     except KeyboardInterrupt as exc:
         result.interrupted = exit_code(exc)
     result.time_to_failure = stats.first_failure_at
-    recorded = out / "last-failure.json"
+    recorded = out / LAST_FAILURE
     if result.interrupted is not None and result.violation is None and recorded.exists():
         found = json.loads(recorded.read_text())     # interrupted after a failure: report it, unshrunk
         result.violation = Violation(found["property"], found["message"])
-        result.counterexample = out / f"counterexample-{found['property']}.json"
+        result.counterexample = counterexample_path(out, found["property"])
     if result.violation is not None and result.interrupted is None:
         try:
             with StopRequest.deferred():
                 finalise(result, out, factory, check_mode, max_replays, progress)
         except KeyboardInterrupt as exc:   # the unshrunk file the machine wrote stays
             result.interrupted = exit_code(exc)
-            result.counterexample = out / f"counterexample-{result.violation.prop}.json"
+            result.counterexample = counterexample_path(out, result.violation.prop)
             result.notes.append("shrinking was interrupted; the counterexample is not shrunk")
     result.seconds = time.monotonic() - start
     return result
@@ -153,19 +153,17 @@ def finalise(result: CampaignResult, out: Path, factory: SutFactory, check_mode:
              progress: Callable[[str], None] | None) -> None:
     """Shrink the recorded failure and rewrite it with a fresh trace."""
     assert result.violation is not None
-    path = out / f"counterexample-{result.violation.prop}.json"
-    recorded = load_workload(path)
+    recorded = load_workload(counterexample_path(out, result.violation.prop))
     if progress:
         progress(f"shrinking a {result.violation.prop} counterexample of {len(recorded.requests)} requests ...")
     try:
-        small, violation = shrink(recorded, result.violation.prop, factory, lambda: checks_for(check_mode),
-                                  max_replays)
+        small, run = shrink(recorded, result.violation.prop, factory, lambda: checks_for(check_mode), max_replays)
+        assert run.violation is not None
+        result.violation = run.violation
     except ValueError:
         result.notes.append("the recorded workload does not reproduce on replay; kept unshrunk")
-        small, violation = recorded, result.violation
-    run = run_workload(small, factory, checks_for(check_mode))
-    result.violation = violation
-    result.counterexample = write_counterexample(out, small, violation, run.driver.trace,
+        small, run = recorded, run_workload(recorded, factory, checks_for(check_mode))
+    result.counterexample = write_counterexample(out, small, result.violation, run.driver.trace,
                                                  f"loopcheck fuzz --check {check_mode}")
     result.requests = len(small.requests)
 

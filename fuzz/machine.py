@@ -65,8 +65,15 @@ class Stats:
             self.branches[name] += 1
 
 
+LAST_FAILURE = "last-failure.json"   # the first failure's property and message, as soon as it is found
+
+
+def counterexample_path(out: Path, prop: str) -> Path:
+    return out / f"counterexample-{prop}.json"
+
+
 def write_counterexample(out: Path, workload: Workload, violation: Violation,
-                         trace: list[list[Event]], source: str, name: str | None = None) -> Path:
+                         trace: list[list[Event]], source: str) -> Path:
     """A replayable counterexample file: the workload, the property, its message and
     step, the trace, and for a livelock the cycle."""
     extra = {"property": violation.prop, "message": violation.message, "step": violation.step, "source": source,
@@ -74,7 +81,7 @@ def write_counterexample(out: Path, workload: Workload, violation: Violation,
     if violation.cycle:
         extra["cycle"] = violation.cycle
     out.mkdir(parents=True, exist_ok=True)
-    path = out / (name or f"counterexample-{violation.prop}.json")
+    path = counterexample_path(out, violation.prop)
     save_workload(Workload(workload.config, workload.requests, extra), path)
     return path
 
@@ -117,7 +124,7 @@ class LoopcheckMachine(RuleBasedStateMachine):
                 cls.stats.first_failure_at = time.monotonic() - cls.clock_start
             if cls.out_dir is not None:
                 write_counterexample(cls.out_dir, self.driver.workload(), v, self.driver.trace, cls.source)
-                (cls.out_dir / "last-failure.json").write_text(
+                (cls.out_dir / LAST_FAILURE).write_text(
                     json.dumps({"property": v.prop, "message": v.message}) + "\n")
             raise
 

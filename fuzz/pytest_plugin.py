@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from checks.base import Violation
-from fuzz.machine import Stats, machine_class
+from fuzz.machine import Stats, counterexample_path, machine_class
 from fuzz.strategies import configs
 from model.config import Config
 from sut.loader import capabilities_of
@@ -60,7 +60,7 @@ def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] 
             max_examples=max_examples, stateful_step_count=steps, deadline=None, derandomize=derandomize,
             database=None, suppress_health_check=list(HealthCheck), phases=phases, report_multiple_bugs=False))
     except Violation as v:
-        path = out / f"counterexample-{v.prop}.json"
+        path = counterexample_path(out, v.prop)
         print(f"\nloopcheck: {v}\n  counterexample: {path}\n"
               f"  replay: loopcheck replay {path} --adapter {factory_name(factory)} --check {mode}")
         raise

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from checks.base import Check, Violation
+from checks.base import Check
 from model.errors import StopRequest
 from model.workload import RequestSpec, Workload
-from sut.driver import run_workload
+from sut.driver import Run, run_workload
 from sut.protocol import SutFactory
 
 
@@ -58,11 +58,12 @@ def _candidates(w: Workload) -> Iterator[Workload]:
 
 
 def shrink(w: Workload, prop: str, factory: SutFactory, checks: Callable[[], list[Check]],
-           max_replays: int = 400) -> tuple[Workload, Violation]:
+           max_replays: int = 400) -> tuple[Workload, Run]:
     """The smallest workload found within `max_replays` replays that still
-    violates `prop`; ValueError if `w` itself does not."""
-    best = run_workload(w, factory, checks()).violation
-    if best is None or best.prop != prop:
+    violates `prop`, and its run (violation and trace); ValueError if `w` itself
+    does not."""
+    best = run_workload(w, factory, checks())
+    if best.violation is None or best.violation.prop != prop:
         raise ValueError(f"the workload does not reproduce {prop!r}")
     replays = 0
     improved = True
@@ -75,8 +76,8 @@ def shrink(w: Workload, prop: str, factory: SutFactory, checks: Callable[[], lis
                 break
             replays += 1
             StopRequest.check()
-            v = run_workload(cand, factory, checks()).violation
-            if v is not None and v.prop == prop:
-                w, best, improved = cand, v, True
+            run = run_workload(cand, factory, checks())
+            if run.violation is not None and run.violation.prop == prop:
+                w, best, improved = cand, run, True
                 break
     return w, best

@@ -121,7 +121,7 @@ class Driver:
         self.raise_failure()
         events = check_events(self._call("step", self.sut.step), self.view.requests)
         self.obs = check_observation(self._call("observe", self.sut.observe))
-        self.view.fold(self.t, events)
+        self.view.fold(events)
         self.t += 1
         self.trace.append(events)
         self.counters.fold(events)

@@ -20,8 +20,6 @@ AFTER = {"arrive": WAITING, "admit": RUNNING, "resume": RUNNING, "preempt": PREE
 class RequestView:
     spec: RequestSpec
     status: str = SUBMITTED
-    arrived_at: int | None = None
-    finish_reason: str | None = None
     generated: int = 0
 
 
@@ -36,21 +34,17 @@ class TraceView:
     def submit(self, spec: RequestSpec) -> None:
         self.requests[spec.rid] = RequestView(spec)
 
-    def fold(self, t: int, events: list[Event]) -> None:
+    def fold(self, events: list[Event]) -> None:
         self.before = {rid: r.status for rid, r in self.requests.items()}
         self.worked = set()
         for e in events:
             r = self.requests[e.rid]
-            if e.kind == "arrive":
-                r.arrived_at = t
             if e.kind in ("prefill", "token"):
                 self.worked.add(e.rid)
             if e.kind == "token":
                 r.generated += 1
             elif e.kind == "preempt" and not e.args[1]:
                 r.generated = 0
-            elif e.kind == "finish":
-                r.finish_reason = e.args[0]
             if e.kind in AFTER and r.status != FINISHED:
                 r.status = AFTER[e.kind]
 

@@ -31,6 +31,7 @@ from sut.protocol import Capabilities, Observation
 PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
                               allocation="incremental", watermark_blocks=0, execution="mixed")
 MODEL_DIR = Path(__file__).parent / "vllm_model"
+VOCAB = 128   # vocab_size in vllm_model/config.json
 _REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "rejected"}
 
 
@@ -81,7 +82,6 @@ class VllmSUT:
         self.hasher = get_request_block_hasher(bs, sha256_cbor)
         self.pending: list[RequestSpec] = []
         self.aborts: list[str] = []
-        self.specs: dict[str, RequestSpec] = {}
         self.outputs: dict[str, RequestOutput] = {}
         self.preempted: set[str] = set()
         self.steps = 0
@@ -100,7 +100,7 @@ class VllmSUT:
                                 stop_token_ids=[spec.stop_token] if spec.stop_token is not None else None)
         return Request(request_id=spec.rid, prompt_token_ids=list(spec.prompt), sampling_params=params,
                        pooling_params=None, priority=spec.priority,
-                       arrival_time=float(self.steps) + len(self.specs) * 1e-6, block_hasher=self.hasher)
+                       arrival_time=float(self.steps) + len(self.outputs) * 1e-6, block_hasher=self.hasher)
 
     def step(self) -> list[Event]:
         from vllm.v1.outputs import ModelRunnerOutput
@@ -108,7 +108,6 @@ class VllmSUT:
 
         events: list[Event] = []
         for spec in self.pending:
-            self.specs[spec.rid] = spec
             self.outputs[spec.rid] = RequestOutput(spec.rid, [], [], None)
             self.scheduler.add_request(self._request(spec))
             events.append(Event("arrive", spec.rid))
@@ -141,7 +140,7 @@ class VllmSUT:
                 else:
                     events.append(Event("admit", rid, (hits,)))
             if start + n > r.num_tokens - 1 and start < r.num_tokens:   # reaches the last known token
-                sampled.append([fake_token(list(r.all_token_ids), 128)])
+                sampled.append([fake_token(list(r.all_token_ids), VOCAB)])
             else:
                 sampled.append([])
             if start < r.num_tokens - 1 or n > 1:
@@ -164,20 +163,19 @@ class VllmSUT:
         return events
 
     def observe(self) -> Observation:
-        pool = self.scheduler.kv_cache_manager.block_pool
-        free = pool.get_num_free_blocks()
         s = self.scheduler
+        free_ids = tuple(b.block_id for b in s.kv_cache_manager.block_pool.free_block_queue.get_all_free_blocks())
         key = (tuple((rid, int(r.status), r.num_computed_tokens, len(r.output_token_ids))
                      for rid, r in sorted(s.requests.items())),
-               tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free,
-               tuple(b.block_id for b in pool.free_block_queue.get_all_free_blocks()))
-        return Observation(blocks_held=self.cfg.num_blocks - free, kv_errors=self._kv_errors(),
+               tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free_ids)
+        return Observation(blocks_held=self.cfg.num_blocks - len(free_ids), kv_errors=self._kv_errors(free_ids),
                            outputs=self.outputs, unfinished=bool(self.pending) or s.has_unfinished_requests(),
                            state_key=key)
 
-    def _kv_errors(self) -> list[str]:
-        """Every block's ref count equals the requests that hold it; free blocks are
-        exactly the unreferenced ones; finished requests hold none."""
+    def _kv_errors(self, free_ids: tuple[int, ...]) -> list[str]:
+        """Every block's ref count equals the requests that hold it; the free queue
+        (`free_ids`, in order) holds exactly the unreferenced blocks; finished
+        requests hold none."""
         from collections import Counter
 
         pool = self.scheduler.kv_cache_manager.block_pool
@@ -189,7 +187,6 @@ class VllmSUT:
                 holders.update(b.block_id for b in blocks if not b.is_null)
         errors = [f"block {b.block_id}: ref count {b.ref_cnt} != {holders[b.block_id]} holders"
                   for b in pool.blocks[1:] if b.ref_cnt != holders[b.block_id]]
-        free_ids = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
         unreferenced = sum(b.ref_cnt == 0 for b in pool.blocks[1:])
         if len(free_ids) != unreferenced or len(set(free_ids)) != len(free_ids):
             errors.append(f"free queue holds {len(free_ids)} blocks, {unreferenced} are unreferenced")
