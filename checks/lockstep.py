@@ -1,13 +1,13 @@
 """Lockstep conformance: the SUT paired with the reference model, compared step by
 step. Only for systems that implement docs/semantics.md (capabilities.semantics
-== "loopcheck"). Also the bounds model/bounds.py claims under those semantics."""
+== "loopcheck"). Also the proved preemption bound of model/bounds.py."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from checks.base import Check, Violation
-from model.bounds import drain_step_bound, preemption_bound
+from model.bounds import preemption_bound
 from model.config import Config
 from model.events import Event
 from model.invariants import step_violations
@@ -74,17 +74,13 @@ class Lockstep(Check):
 
 
 class ModelBounds(Check):
-    """Steps to drain and preemptions stay within model/bounds.py's bounds, where it
-    claims one (guarded policy, upfront allocation). They are derived in
-    docs/bounds.md from proved per-step facts; the bounds themselves are not proved."""
+    """Preemptions stay within model/bounds.py's proved bound, where it claims one
+    (guarded policy, upfront allocation, no prefix caching)."""
 
     name = "bounds"
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return _semantics(caps)
-
-    def step_cap(self, driver: Driver) -> int | None:
-        return drain_step_bound(driver.workload())
 
     def at_end(self, driver: Driver, obs: Observation) -> None:
         bound = preemption_bound(driver.workload())

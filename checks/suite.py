@@ -2,7 +2,7 @@
 
 - property mode: checks that need no reference model, for any system;
 - lockstep mode: property mode plus conformance with the reference model and the
-  bounds model/bounds.py derives for its semantics (systems that implement
+  proved preemption bound of model/bounds.py (systems that implement
   docs/semantics.md).
 """
 

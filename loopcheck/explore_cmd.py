@@ -13,7 +13,7 @@ import networkx as nx
 
 from loopcheck.report import banner, table
 from loopcheck.simulate_cmd import prepare
-from model.bounds import drain_step_bound, preemption_bound
+from model.bounds import preemption_bound
 from model.explore import explore
 from model.lasso_export import lasso_graph, lasso_workload, write_dot
 from model.liveness import analyse
@@ -52,7 +52,7 @@ def summary(workload: Workload, args: argparse.Namespace) -> tuple[dict[str, Any
         "livelock": live.livelock, "non_progress_cycles": live.non_progress_sccs,
         "unrealisable_cycles": live.unrealisable_cycles,
         "worst_drain_steps": live.worst_drain_steps, "worst_preemptions": live.worst_preemptions,
-        "drain_step_bound": drain_step_bound(workload), "preemption_bound": preemption_bound(workload),
+        "preemption_bound": preemption_bound(workload),
         "complete": ex.complete, "seconds": round(seconds, 3),
     }
     return figures, (ex, live)

@@ -40,7 +40,7 @@ Row = list[object]
 def prove_rows() -> list[Row]:
     base = load_workload(EXAMPLES / "livelock.json").config
     rows: list[Row] = []
-    for result, _ in run_all(base, 3, 6, lambda label: main_progress(f"  prove {label} ...")):
+    for result, _ in run_all(base, 3, 6, 6, lambda label: main_progress(f"  prove {label}")):
         rows.append([f"{result.name} ({result.policy})", "prove", result.status,
                      "ok" if result.as_expected else "FAIL", f"{result.seconds:.2f}"])
     return rows

@@ -1,8 +1,13 @@
-"""Bounds on preemptions and drain steps for a finite workload, under the guarded
-policy with upfront allocation (derived in docs/bounds.md; the per-step facts they
-rest on are proved in proofs/).
+"""Proved bounds for a finite workload. Only what `loopcheck prove` establishes
+is returned; None where no bound is proved.
 
-Returns None where no bound is claimed (unguarded, incremental allocation).
+Preemptions (guarded policy, upfront allocation, no prefix caching): the
+obligation `preemption-pairs` proves, over the whole symbolic step from any
+state of the drain invariant, that each preemption is made by a strictly more
+urgent request admitted in the same step, one victim per requester's turn.
+Counting admissions per priority level on that fact gives the bound below
+(docs/bounds.md). Drain itself is proved with no step bound (`drain`); no
+closed-form bound on drain steps is claimed.
 """
 
 from __future__ import annotations
@@ -14,39 +19,29 @@ from model.workload import Workload
 
 def admission_bounds(workload: Workload) -> list[int]:
     """A_l, admissions (fresh or resumed) per priority level, most urgent first:
-    A_l <= n_l + m * sum(A_j for more urgent j), m = 1 without prefix caching
-    (every preemption pairs with the admission of a more urgent request), else
-    num_blocks + 2 (up to num_blocks + 1 futile preemptions per waiting episode)."""
-    cfg = workload.config
-    m = 1 if not cfg.prefix_caching else cfg.num_blocks + 2
+    A_l <= n_l + sum(A_j for more urgent j)."""
     levels = [len(list(g)) for _, g in groupby(sorted(r.priority for r in workload.requests))]
     bounds: list[int] = []
     for n in levels:
-        bounds.append(n + m * sum(bounds))
+        bounds.append(n + sum(bounds))
     return bounds
 
 
 def preemption_bound(workload: Workload) -> int | None:
+    """Most preemptions in any run of the workload, or None outside the proved class."""
     cfg = workload.config
-    if cfg.preemption_policy != "guarded" or cfg.allocation != "upfront":
+    if cfg.allocation != "upfront":
+        return None                      # growth preemptions: no bound proved
+    if not cfg.priority_preemption:
+        return 0
+    if cfg.preemption_policy != "guarded" or cfg.prefix_caching:
         return None
     return sum(admission_bounds(workload)) - len(workload.requests)
 
 
 def work_units(workload: Workload) -> list[int]:
     """Per request, steps of work it needs at most without interruption: one per
-    prompt token and depth (a chunk has at least one token), plus one per token."""
+    prompt token and depth (a chunk has at least one token), plus one per token.
+    A sizing figure for step caps, not a bound on anything."""
     L = workload.config.num_loops if workload.config.wcpb else 1
     return [len(r.prompt) * L + r.max_tokens for r in workload.requests]
-
-
-def drain_step_bound(workload: Workload) -> int | None:
-    """Steps until drained: every step from the last arrival on does one unit of
-    work for someone, except after a futile preemption; a preemption loses at most
-    one request's units."""
-    bound = preemption_bound(workload)
-    if bound is None or not workload.requests:
-        return bound
-    units = work_units(workload)
-    last_arrival = max(r.arrival for r in workload.requests)
-    return last_arrival + 1 + sum(units) + bound * (max(units) + 1)

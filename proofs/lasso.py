@@ -1,6 +1,8 @@
 """Livelock search: unroll `sym_step` k times and ask for a lasso, a state that
 repeats after every request has arrived while some request is unfinished. A
-found lasso becomes a `loopcheck/workload@1` counterexample file."""
+found lasso becomes a `loopcheck/workload@1` counterexample file. Finding none
+is a bounded result (no lasso within k steps), never a proof: proofs/drain.py
+proves drain with no step bound."""
 
 from __future__ import annotations
 
@@ -14,19 +16,17 @@ from model.reference import step
 from model.simulate import WorkloadEnv
 from model.state import initial_state
 from model.workload import RequestSpec, Workload
-from proofs.bmc import FINISHED, SymWorkload, initial, supported, sym_step
-from proofs.result import COUNTEREXAMPLE, PROVED, UNKNOWN, ProofResult
+from proofs.bmc import FINISHED, SymConfig, SymWorkload, initial, needs_of, supported, sym_step
+from proofs.result import BOUNDED, COUNTEREXAMPLE, UNKNOWN, ProofResult, solve
 from sut.simulate import simulate_model
 
 LIMITS = dict(prompt=(1, 10), max_tokens=(1, 6), priority=(0, 3), arrival=(0, 4))
 
 
-def symbolic_workload(K: int) -> tuple[SymWorkload, list[z3.BoolRef]]:
-    w = SymWorkload(prompt=tuple(z3.Int(f"prompt{i}") for i in range(K)),
-                    max_tokens=tuple(z3.Int(f"max_tokens{i}") for i in range(K)),
-                    priority=tuple(z3.Int(f"priority{i}") for i in range(K)),
-                    arrival=tuple(z3.Int(f"arrival{i}") for i in range(K)),
-                    watermark=z3.Int("watermark"))
+def symbolic_workload(K: int, cfg: Config) -> tuple[SymWorkload, list[z3.BoolRef]]:
+    ints = lambda name: tuple(z3.Int(f"{name}{i}") for i in range(K))  # noqa: E731
+    prompt, max_tokens = ints("prompt"), ints("max_tokens")
+    w = SymWorkload(prompt, max_tokens, ints("priority"), ints("arrival"), needs_of(prompt, max_tokens, cfg))
     facts = []
     for name, (lo, hi) in LIMITS.items():
         facts += [z3.And(x >= lo, x <= hi) for x in getattr(w, name)]
@@ -40,40 +40,45 @@ def lasso_search(base: Config, policy: str, K: int, k: int,
                  timeout_ms: int = 120_000) -> tuple[ProofResult, Workload | None]:
     """Search lassos of length <= k within k steps, K requests, the base config
     with `policy` and a free watermark. Unguarded is expected to have one;
-    guarded is expected to have none (a bounded proof)."""
+    guarded is expected to have none within the bound (`bounded`, not proved).
+    Vacuity guard: some state after the last arrival with an unfinished request
+    must lie within the k steps, or the result is unknown."""
     cfg = Config(**{**base.to_json(), "preemption_policy": policy})
     name = "livelock-search" if policy == "unguarded" else f"no-lasso@{k}"
-    expected = COUNTEREXAMPLE if policy == "unguarded" else PROVED
+    expected = COUNTEREXAMPLE if policy == "unguarded" else BOUNDED
     why = supported(cfg)
     if why:
         return ProofResult(name, policy, UNKNOWN, 0.0, expected, detail=f"outside the BMC class: {why}"), None
-    w, facts = symbolic_workload(K)
-    facts += [w.watermark >= 0, w.watermark <= cfg.num_blocks // 2]
-    states = [initial(K, cfg)]
+    watermark = z3.Int("watermark")
+    sc = SymConfig.of(cfg, watermark)
+    w, facts = symbolic_workload(K, cfg)
+    facts += [watermark >= 0, watermark <= cfg.num_blocks // 2]
+    states = [initial(K, sc)]
     for t in range(k):
-        states.append(sym_step(states[-1], t, w, cfg))
-    lassos = []
+        states.append(sym_step(states[-1], t, w, sc))
+    lassos, open_states = [], []
     for t0 in range(k):
         arrived = z3.And([a <= t0 for a in w.arrival])
         unfinished = z3.Or([x != FINISHED for x in states[t0].status])
+        open_states.append(z3.And(arrived, unfinished))
         for t1 in range(t0 + 1, k + 1):
             same = z3.And([a == b for a, b in zip(states[t0].fields(), states[t1].fields(), strict=True)])
             lassos.append(z3.And(arrived, unfinished, same))
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
-    solver.add(*facts)
-    solver.add(z3.Or(lassos))
     start = time.perf_counter()
-    answer = solver.check()
+    if solve([*facts, z3.Or(open_states)], timeout_ms)[0] != z3.sat:
+        return ProofResult(name, policy, UNKNOWN, time.perf_counter() - start, expected,
+                           detail=f"vacuous: no unfinished request after the last arrival within {k} steps"), None
+    answer, solver = solve([*facts, z3.Or(lassos)], timeout_ms)
     seconds = time.perf_counter() - start
     if answer == z3.unsat:
-        return ProofResult(name, policy, PROVED, seconds, expected,
-                           detail=f"no lasso within {k} steps for {K} requests"), None
+        return ProofResult(name, policy, BOUNDED, seconds, expected,
+                           detail=f"no lasso within {k} steps for {K} requests (bounded; drain is proved "
+                                  f"unbounded by the drain obligation)"), None
     if answer != z3.sat:
         return ProofResult(name, policy, UNKNOWN, seconds, expected,
                            detail=f"solver: {solver.reason_unknown()}"), None
     model = solver.model()
-    workload = extract(model, w, cfg)
+    workload = extract(model, w, cfg, watermark)
     cycle = find_cycle(workload, k)
     if cycle is None:
         return ProofResult(name, policy, UNKNOWN, seconds, expected,
@@ -88,14 +93,14 @@ def lasso_search(base: Config, policy: str, K: int, k: int,
                        counterexample=workload.to_json()), workload
 
 
-def extract(model: z3.ModelRef, w: SymWorkload, cfg: Config) -> Workload:
+def extract(model: z3.ModelRef, w: SymWorkload, cfg: Config, watermark: z3.ArithRef) -> Workload:
     def val(x: z3.ArithRef) -> int:
         return model.eval(x, model_completion=True).as_long()
 
     reqs = tuple(RequestSpec(rid=f"r{i}", prompt=tuple((7 * i + j + 1) % 64 for j in range(val(w.prompt[i]))),
                              max_tokens=val(w.max_tokens[i]), arrival=val(w.arrival[i]),
                              priority=val(w.priority[i])) for i in range(w.K))
-    return Workload(replace(cfg, watermark_blocks=val(w.watermark)), reqs, {})
+    return Workload(replace(cfg, watermark_blocks=val(watermark)), reqs, {})
 
 
 def find_cycle(workload: Workload, k: int) -> dict[str, int] | None:

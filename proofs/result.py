@@ -9,6 +9,8 @@ from typing import Any
 import z3
 
 PROVED, COUNTEREXAMPLE, UNKNOWN = "proved", "counterexample", "unknown"
+BOUNDED = "bounded"        # no counterexample within a bound: never shown as proved
+AGREES, DISAGREES = "agrees", "disagrees"   # an encoding evaluated against model/
 
 
 @dataclass
@@ -37,15 +39,12 @@ def check_claim(name: str, policy: str, expected: str, assumptions: list[z3.Bool
 
     unsat -> proved; sat -> counterexample (with the model); else unknown. The
     assumptions alone must be satisfiable, or the result is unknown (vacuous)."""
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
-    solver.add(*assumptions)
     start = time.perf_counter()
-    if solver.check() != z3.sat:  # vacuity guard: contradictory assumptions prove anything
+    if solve(assumptions, timeout_ms)[0] != z3.sat:  # vacuity guard: contradictory assumptions prove anything
         return ProofResult(name, policy, UNKNOWN, time.perf_counter() - start, expected,
                            detail="assumptions are unsatisfiable (vacuous) or undecided"), None
-    solver.add(z3.Not(claim))
-    answer = solver.check()
+    # a fresh solver for the negated claim: z3 preprocesses only a solver's first check
+    answer, solver = solve([*assumptions, z3.Not(claim)], timeout_ms)
     seconds = time.perf_counter() - start
     if answer == z3.unsat:
         return ProofResult(name, policy, PROVED, seconds, expected), None
@@ -53,3 +52,12 @@ def check_claim(name: str, policy: str, expected: str, assumptions: list[z3.Bool
         return ProofResult(name, policy, COUNTEREXAMPLE, seconds, expected), solver.model()
     return ProofResult(name, policy, UNKNOWN, seconds, expected,
                        detail=f"solver: {solver.reason_unknown()}"), None
+
+
+def solve(formulas: list[z3.BoolRef], timeout_ms: int) -> tuple[z3.CheckSatResult, z3.Solver]:
+    """One fresh solver's answer on `formulas` (fresh: z3 preprocesses only a
+    solver's first check, which makes these queries fast)."""
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    solver.add(*formulas)
+    return solver.check(), solver

@@ -10,9 +10,9 @@ import z3
 from loopcheck.cli import main
 from model.workload import load_workload
 from proofs.admission import GuardRules
+from proofs.drain import drain, preemption_pairs
 from proofs.kv import Rules
 from proofs.obligations_kv import admission_atomic, futility, kv_conservation, preflight_soundness
-from proofs.ranking import ranking_decreases
 from proofs.result import COUNTEREXAMPLE, PROVED, UNKNOWN, check_claim
 from sut.simulate import simulate_model
 
@@ -24,7 +24,6 @@ def test_expected_results_at_small_bounds() -> None:
     assert preflight_soundness(3, 3, pending=True).status == COUNTEREXAMPLE
     assert futility(6, "guarded").status == PROVED
     assert futility(6, "unguarded").status == COUNTEREXAMPLE
-    assert ranking_decreases(4).status == PROVED
 
 
 def test_dropping_the_watermark_from_the_guarded_check_is_refuted() -> None:
@@ -40,8 +39,54 @@ def test_a_guard_that_records_nothing_allows_repeated_futile_preemption() -> Non
     assert futility(6, "guarded", record_guard=False).status == COUNTEREXAMPLE
 
 
-def test_a_preemption_without_a_paired_admission_breaks_the_ranking() -> None:
-    assert ranking_decreases(4, paired=False).status == COUNTEREXAMPLE
+GUARDED = dict(execution="refill", wcpb=True, snapshots=False, priority_preemption=True,
+               preemption_policy="guarded")
+
+
+def test_drain_is_proved_guarded_and_refuted_unguarded() -> None:
+    assert drain(4, GUARDED).status == PROVED
+    assert drain(4, {**GUARDED, "priority_preemption": False}).status == PROVED
+    result = drain(4, {**GUARDED, "preemption_policy": "unguarded"})
+    assert result.status == COUNTEREXAMPLE and result.detail.startswith("rank:")
+    assert preemption_pairs(4, GUARDED).status == PROVED
+    assert preemption_pairs(4, {**GUARDED, "preemption_policy": "unguarded"}).status == COUNTEREXAMPLE
+
+
+def test_a_step_that_loses_blocks_breaks_the_accounting_lemmas(monkeypatch) -> None:
+    from proofs import bmc
+
+    original = bmc.Pass.abort
+
+    def leaky_abort(self, i, aborted):   # aborting a running request forgets its blocks
+        before = self.free
+        original(self, i, aborted)
+        self.free = before
+    monkeypatch.setattr(bmc.Pass, "abort", leaky_abort)
+    result = drain(3, GUARDED)
+    assert result.status == COUNTEREXAMPLE and "accounting, abort" in result.detail
+
+
+def test_drain_rests_on_the_victim_check_not_on_the_watermark(monkeypatch) -> None:
+    from proofs import bmc
+
+    def no_watermark(self):
+        self.wm = bmc.z3.IntVal(0)
+    monkeypatch.setattr(bmc.Pass, "open_schedule", no_watermark)
+    assert drain(3, GUARDED).status == PROVED   # the watermark is not what drain rests on
+    monkeypatch.setattr(bmc.Pass, "schedule", _no_victim_check(bmc.Pass.schedule))
+    assert drain(3, GUARDED).status == COUNTEREXAMPLE
+
+
+def _no_victim_check(schedule):
+    """The guarded step with its victim check removed: the unguarded step."""
+    def unguarded(self, i):
+        policy = self.c.preemption_policy
+        object.__setattr__(self.c, "preemption_policy", "unguarded")
+        try:
+            schedule(self, i)
+        finally:
+            object.__setattr__(self.c, "preemption_policy", policy)
+    return unguarded
 
 
 def test_vacuous_assumptions_are_never_proved() -> None:
@@ -56,7 +101,9 @@ def test_prove_cli_writes_a_livelock_that_replays_on_model_and_engine(tmp_path, 
     junit = tmp_path / "prove.xml"
     assert main(["prove", "--json", "--out", str(tmp_path), "--junit", str(junit)]) == 0
     results = json.loads(capsys.readouterr().out)
-    assert {r["status"] for r in results} <= {"proved", "counterexample"}
+    assert {r["status"] for r in results} == {"proved", "counterexample", "bounded", "agrees"}
+    assert {r["name"] for r in results if r["status"] == "proved"} >= {"drain", "preemption-pairs"}
+    assert all(r["status"] == "bounded" for r in results if r["name"].startswith("no-lasso"))
     assert all(r["status"] == r["expected"] for r in results)
     assert {"name", "policy", "status", "seconds"} <= set(results[0])
     assert "failures=\"0\"" in junit.read_text()
@@ -73,3 +120,17 @@ def test_prove_cli_writes_a_livelock_that_replays_on_model_and_engine(tmp_path, 
 def test_prove_rejects_bad_bounds(capsys) -> None:
     assert main(["prove", "--requests", "0"]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_a_rule_changed_in_the_model_alone_fails_prove(monkeypatch, capsys) -> None:
+    import model.reference as ref
+
+    def like_unguarded(self, i, active):
+        cands = self.victims(lambda s: s.priority > self.specs[i].priority)
+        return cands[0] if cands else None
+    monkeypatch.setattr(ref._Step, "choose_victim", like_unguarded)
+    assert main(["prove", "--drain-requests", "2", "--json"]) == 1
+    captured = capsys.readouterr()
+    assert "loopcheck prove: encoding and model disagree at" in captured.err
+    results = json.loads(captured.out)
+    assert "proved" not in {r["status"] for r in results} and "disagrees" in {r["status"] for r in results}

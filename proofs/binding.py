@@ -1,0 +1,354 @@
+"""Bind the encodings to model/: evaluate them on concrete model states and
+compare with what model/reference.py does there.
+
+The step encoding (proofs/bmc.py) is compared on two kinds of states:
+- states solved from z3 models of the drain invariant, each aimed at a rule
+  that random runs seldom reach (preemption, a victim skipped by the preflight,
+  a waiting request the preflight turns away, the bypass limit, the watermark,
+  aborts, stop tokens, rejection, resumption from a snapshot, a refill stage
+  conflict), for every mode combination and both policies;
+- every state of seeded random runs.
+The admission and preflight encodings (proofs/admission.py) are compared on
+every waiting request and victim of seeded random runs with prefix caching,
+shared prompt prefixes and tight pools.
+
+The first disagreement is reported by rule; `loopcheck prove` then exits 1.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+import z3
+
+from model.config import Config
+from model.reference import _Step, page_hash, step, total_pages
+from model.simulate import WorkloadEnv
+from model.state import PREEMPTED, RUNNING, WAITING, ReqState, SchedState, initial_state
+from model.workload import RequestSpec, Workload
+from proofs import admission as adm
+from proofs.bmc import (
+    FINISHED,
+    PENDING,
+    STATUS_CODES,
+    StepInputs,
+    StepTrace,
+    SymConfig,
+    SymState,
+    SymWorkload,
+    modes_of,
+    needs_of,
+    sym_step,
+    sym_step_traced,
+)
+from proofs.drain import MODES, invariant
+from proofs.kv import KVState, conservation
+
+RULE_OF_FIELD = {"status": "admission, preemption and finishing", "frontier": "prefill frontier and rewind",
+                 "chunk_end": "prefill chunks and rewind", "chunk_depth": "WCPB depth",
+                 "generated": "tokens and snapshots", "bypasses": "bypass accounting", "free": "block accounting",
+                 "guard": "futility guard (must stay empty in this class)"}
+STOP_TOKEN = 1
+SIZES = dict(num_blocks=16, block_size=2, max_num_seqs=3, max_num_batched_tokens=5, prefill_chunk_size=3,
+             num_loops=3, min_loops=1, watermark_blocks=2, max_bypasses=1)
+LIMITS = dict(prompt=8, max_tokens=5, priority=3, steps=6)
+
+
+@dataclass
+class Binding:
+    """Outcome: states compared per source, and the first disagreement (or None)."""
+
+    compared: dict[str, int]
+    disagreement: str | None = None
+
+    @property
+    def agrees(self) -> bool:
+        return self.disagreement is None
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{n} {what}" for what, n in self.compared.items())
+        return f"encoding and model agree on {counts}" if self.agrees else self.disagreement or ""
+
+
+# ----- the step encoding -------------------------------------------------------------
+
+def spec_of(i: int, prompt: int, max_tokens: int, priority: int, arrival: int, stop: bool,
+            abort_at: int | None) -> RequestSpec:
+    return RequestSpec(rid=f"r{i}", prompt=tuple((3 * i + k + 2) % 60 + 2 for k in range(prompt)),
+                       max_tokens=max_tokens, arrival=arrival, priority=priority,
+                       stop_token=STOP_TOKEN if stop else None, abort_at=abort_at, script_tokens=(STOP_TOKEN,))
+
+
+def ordered(w: Workload) -> Workload:
+    """Requests renamed r0.. in priority-key order (the encoding's index order)."""
+    reqs = sorted(w.requests, key=lambda r: (r.priority, r.arrival, w.requests.index(r)))
+    return Workload(w.config, tuple(replace(r, rid=f"r{i}") for i, r in enumerate(reqs)))
+
+
+def concrete_sym(w: Workload, t: int) -> tuple[SymWorkload, StepInputs]:
+    """The workload as encoding terms, and step t's inputs: aborts due at t, and
+    stops where a request's token would be its stop token (every request here
+    scripts one token ID, so that is the same for every token)."""
+    ints = lambda xs: tuple(z3.IntVal(x) for x in xs)  # noqa: E731
+    rs = w.requests
+    prompt, max_tokens = ints(len(r.prompt) for r in rs), ints(r.max_tokens for r in rs)
+    sw = SymWorkload(prompt, max_tokens, ints(r.priority for r in rs), ints(r.arrival for r in rs),
+                     needs_of(prompt, max_tokens, w.config))
+    env = WorkloadEnv(w)
+    aborts = env.aborts(t)
+    return sw, StepInputs(tuple(z3.BoolVal(r.rid in aborts) for r in rs),
+                          tuple(z3.BoolVal(r.stop_token is not None and r.stop_token == env.outcome(r.rid, 0).token_id)
+                                for r in rs))
+
+
+def sym_of(state: SchedState) -> SymState:
+    ints = lambda xs: tuple(z3.IntVal(x) for x in xs)  # noqa: E731
+    r = state.reqs
+    return SymState(ints(STATUS_CODES[x.status] for x in r), ints(x.frontier for x in r),
+                    ints(x.chunk_end for x in r), ints(x.chunk_depth for x in r),
+                    ints(x.generated for x in r), ints(x.bypasses for x in r), z3.IntVal(state.free))
+
+
+def step_disagreement(w: Workload, state: SchedState) -> str | None:
+    """Where one model step from `state` and the encoding's step differ, or None."""
+    sw, ins = concrete_sym(w, state.step)
+    got = sym_step(sym_of(state), state.step, sw, SymConfig.of(w.config), ins)
+    nxt, _ = step(state, WorkloadEnv(w))
+    want = sym_of(nxt)
+    for (name, a), (_, b) in zip(got.named(), want.named(), strict=True):
+        enc, mod = z3.simplify(a).as_long(), z3.simplify(b).as_long()
+        if enc != mod:
+            return (f"encoding and model disagree at {RULE_OF_FIELD[name.split('[')[0]]}: {name} is {mod} in "
+                    f"model/ and {enc} in the encoding, step {state.step} of {describe(w, state)}")
+    if nxt.guard:
+        return f"encoding and model disagree at {RULE_OF_FIELD['guard']}: {sorted(nxt.guard)}, {describe(w, state)}"
+    return None
+
+
+def describe(w: Workload, state: SchedState) -> str:
+    reqs = "; ".join(f"{r.rid} prompt {len(r.prompt)} max {r.max_tokens} prio {r.priority} arr {r.arrival} "
+                     f"{s.status} f={s.frontier} ce={s.chunk_end} cd={s.chunk_depth} g={s.generated} "
+                     f"byp={s.bypasses}" for r, s in zip(w.requests, state.reqs, strict=True))
+    return f"state [{reqs}], free {state.free}"
+
+
+def targets(s: SymState, s1: SymState, w: SymWorkload, c: SymConfig, ins: StepInputs,
+            trace: StepTrace) -> dict[str, z3.BoolRef]:
+    """Conditions on one step that aim a solved state at a rule."""
+    K = w.K
+    pre = trace.preemptions
+    waiting = [z3.Or(x == 1, x == 3) for x in s.status]
+    running = [x == 2 for x in s.status]
+    less_urgent_runs = [z3.Or([z3.And(running[j], w.priority[j] > w.priority[i]) for j in range(i + 1, K)]
+                              + [z3.BoolVal(False)]) for i in range(K)]
+    return {
+        "preemption": z3.Or([h for h, _, _ in pre]),
+        "victim skipped": z3.Or([z3.And(h, z3.Or([z3.And(running[k], w.priority[k] > w.priority[i])
+                                                  for k in range(j + 1, K)] + [z3.BoolVal(False)]))
+                                 for h, i, j in pre]),
+        "preemption refused": z3.Or([z3.And(trace.wanted[i], less_urgent_runs[i],
+                                            z3.Not(z3.Or([h for h, a, _ in pre if a == i] + [False])))
+                                     for i in range(K)]),
+        "bypass limit": z3.Or([z3.And(waiting[i], s.bypasses[i] >= c.max_bypasses,
+                                      z3.Or([s.status[k] == 1 for k in range(i + 1, K)] + [False]))
+                               for i in range(K)]),
+        "watermark": z3.Or([z3.And(waiting[i], z3.Or(running), s.free - c.watermark < w.need[i],
+                                   s.free >= w.need[i]) for i in range(K)]),
+        "abort": z3.Or([z3.And(ins.aborts[i], running[i]) for i in range(K)]),
+        "stop token": z3.Or([z3.And(ins.stops[i], s1.status[i] == FINISHED, s.status[i] != FINISHED,
+                                    s1.generated[i] < w.max_tokens[i]) for i in range(K)]),
+        "rejection": z3.Or([z3.And(s.status[i] == PENDING, w.need[i] > c.num_blocks, s1.status[i] == FINISHED)
+                            for i in range(K)]),
+        "resume": z3.Or([z3.And(s.status[i] == 3, s.frontier[i] > 0, s1.status[i] == 2) for i in range(K)]),
+        "stage conflict": z3.Or([z3.And(running[i], s.frontier[i] == w.prompt[i],
+                                        z3.Or([z3.And(waiting[k], s.frontier[k] < w.prompt[k])
+                                               for k in range(K) if k != i] + [False])) for i in range(K)]),
+    }
+
+
+def solved_states(cfg: Config, K: int) -> list[tuple[str, Workload, SchedState]]:
+    """One state per target that z3 can reach from the invariant under `cfg`."""
+    sc = SymConfig.of(cfg)
+    pv = lambda name: tuple(z3.Int(f"{name}{i}") for i in range(K))  # noqa: E731
+    prompt, max_tokens = pv("prompt"), pv("max_tokens")
+    w = SymWorkload(prompt, max_tokens, pv("priority"), pv("arrival"), needs_of(prompt, max_tokens, cfg))
+    s, t = SymState.unknown("s_", K), z3.Int("t")
+    ins = StepInputs.unknown("in_", K)
+    s1, trace = sym_step_traced(s, t, w, sc, ins)
+    base = w.facts() + [invariant(s, w, sc), t >= 0, t <= LIMITS["steps"]]
+    for i in range(K):
+        base += [w.prompt[i] <= LIMITS["prompt"], w.max_tokens[i] <= LIMITS["max_tokens"],
+                 w.priority[i] >= 0, w.priority[i] <= LIMITS["priority"],
+                 z3.Implies(s.status[i] == PENDING, w.arrival[i] >= t),
+                 z3.Implies(s.status[i] != PENDING, w.arrival[i] < t),
+                 z3.Implies(ins.aborts[i], w.arrival[i] <= t)]
+        base += [z3.Implies(w.priority[i] == w.priority[j], w.arrival[i] <= w.arrival[j]) for j in range(i + 1, K)]
+    out = []
+    for label, goal in targets(s, s1, w, sc, ins, trace).items():
+        solver = z3.Solver()
+        solver.set("timeout", 20_000)
+        solver.add(*base, goal)
+        if solver.check() != z3.sat:
+            continue
+        m = solver.model()
+
+        def val(x: z3.ExprRef, m: z3.ModelRef = m) -> z3.ExprRef:
+            return m.eval(x, model_completion=True)
+
+        def num(x: z3.ExprRef) -> int:
+            return val(x).as_long()
+        tt = num(t)
+        specs = tuple(spec_of(i, num(w.prompt[i]), num(w.max_tokens[i]), num(w.priority[i]), num(w.arrival[i]),
+                              z3.is_true(val(ins.stops[i])), tt if z3.is_true(val(ins.aborts[i])) else None)
+                      for i in range(K))
+        workload = Workload(cfg, specs)
+        reqs = []
+        for i, spec in enumerate(specs):
+            status = [k for k, v in STATUS_CODES.items() if v == num(s.status[i])][0]
+            pages = (None,) * total_pages(spec, cfg) if status == RUNNING else ()
+            reqs.append(ReqState(status, num(s.frontier[i]), num(s.chunk_end[i]), num(s.chunk_depth[i]),
+                                 num(s.generated[i]), pages, num(s.bypasses[i]),
+                                 "length" if status == "finished" else None))
+        out.append((label, workload, SchedState(tt, tuple(reqs), num(s.free))))
+    return out
+
+
+def binding_configs() -> list[Config]:
+    """Every mode combination under both policies, layouts alternating."""
+    out = []
+    for k, modes in enumerate(MODES):
+        for policy in ("guarded", "unguarded"):
+            out.append(Config(**SIZES, **modes, priority_preemption=True, preemption_policy=policy,
+                              kv_layout="shared" if k % 2 else "last_exited", allocation="upfront",
+                              prefix_caching=False))
+    return out
+
+
+def random_workload(rng: random.Random, cfg: Config, K: int, prefixes: bool) -> Workload:
+    """Requests with short prompts (sharing a prefix when `prefixes`), tight for the pool."""
+    shared = tuple(rng.randrange(2, 60) for _ in range(rng.choice((2, 4, 6))))
+    reqs = []
+    for i in range(K):
+        n = rng.randint(1, 9)
+        own = tuple(rng.randrange(2, 60) for _ in range(n))
+        prompt = (shared + own)[:n] if prefixes and rng.random() < 0.7 else own
+        arrival = rng.randint(0, 4)
+        abort_at = arrival + rng.randint(0, 8) if rng.random() < 0.15 else None
+        reqs.append(RequestSpec(f"r{i}", prompt, rng.randint(1, 5), arrival, rng.randint(0, 3),
+                                STOP_TOKEN if rng.random() < 0.2 else None, abort_at,
+                                script_tokens=(rng.choice((0, STOP_TOKEN, 5)),)))
+    return ordered(Workload(cfg, tuple(reqs)))
+
+
+def run_disagreement(w: Workload, tally: dict[str, int], steps: int = 40) -> str | None:
+    env = WorkloadEnv(w)
+    state = initial_state(w.config.num_blocks, len(w.requests))
+    for _ in range(steps):
+        tally["random-run states"] += 1
+        found = step_disagreement(w, state)
+        if found:
+            return found
+        state, _ = step(state, env)
+        if all(r.status == "finished" for r in state.reqs):
+            return None
+    return None
+
+
+# ----- the admission and preflight encodings ---------------------------------------------
+
+def kv_of(state: SchedState, hashes: list[int]) -> KVState:
+    """The model's pool as a KVState; cache entries in the order of `hashes`."""
+    cache = dict(state.cache)
+    return KVState(
+        free=z3.IntVal(state.free),
+        priv=tuple(z3.IntVal(sum(p is None for p in r.pages)) for r in state.reqs),
+        hold=tuple(tuple(z3.BoolVal(h in r.pages) for h in hashes) for r in state.reqs),
+        present=tuple(z3.BoolVal(h in cache) for h in hashes),
+        holders=tuple(z3.IntVal(cache.get(h, 0)) for h in hashes))
+
+
+def admission_disagreement(w: Workload, state: SchedState, tally: dict[str, int]) -> str | None:
+    """Compare fits and the guarded preflight with model/ for every waiting
+    request and victim of `state`; count evaluations in `tally`."""
+    env = WorkloadEnv(w)
+    cfg = w.config
+    sim = _Step(state, env)
+    active = any(r.status == RUNNING for r in state.reqs)
+    for i, r in enumerate(state.reqs):
+        plan = sim.plan(i)
+        if r.status not in (WAITING, PREEMPTED) or plan is None:
+            continue
+        P, bs = len(w.requests[i].prompt), cfg.block_size
+        H = (P - 1) // bs
+        mine = [page_hash(w.requests[i].prompt[: (k + 1) * bs]) for k in range(H)]
+        hashes = mine + [h for h, _ in state.cache if h not in mine]
+        kv = kv_of(state, hashes)
+        running = tuple(z3.BoolVal(x.status == RUNNING) for x in state.reqs)
+        if not z3.is_true(z3.simplify(conservation(kv, z3.IntVal(cfg.planes), z3.IntVal(cfg.num_blocks)))):
+            return f"encoding and model disagree at block accounting: {describe(w, state)}"
+        for v in [None] + [j for j, x in enumerate(state.reqs) if x.status == RUNNING]:
+            pend_from = frozenset(j for j, x in enumerate(state.reqs) if x.status == RUNNING and j != v)
+            pending = {sim.prompt_hash(j, k) for j in pend_from for k, p in enumerate(state.reqs[j].pages)
+                       if p is None and (k + 1) * bs <= len(w.requests[j].prompt)}
+            ctx = adm.Ctx(planes=z3.IntVal(cfg.planes), num_blocks=z3.IntVal(cfg.num_blocks),
+                          slots=z3.IntVal(cfg.max_num_seqs), watermark=z3.IntVal(cfg.watermark_blocks),
+                          active=z3.BoolVal(active), running=running, pages=z3.IntVal(plan.pages),
+                          hit_limit=H, pend=tuple(z3.BoolVal(h in pending) for h in mine))
+            if v is None:
+                enc, want, rule = z3.is_true(z3.simplify(adm.fits(kv, ctx))), sim.fits(i, plan, active), "admission"
+            else:
+                enc = z3.is_true(z3.simplify(adm.preflight(kv, ctx, v)))
+                want, rule = sim.preflight(i, v, pend_from, active), "guarded preflight"
+                tally["preflight rejections"] += not want
+                tally["prefix hits in preflight"] += sim.hit_pages(i, pend_from) > 0
+            tally[rule] += 1
+            if enc != want:
+                return (f"encoding and model disagree at {rule}: {w.requests[i].rid} "
+                        f"{'for victim ' + w.requests[v].rid if v is not None else ''} is {want} in model/ and "
+                        f"{enc} in the encoding, {describe(w, state)}")
+    return None
+
+
+def admission_run_disagreement(w: Workload, tally: dict[str, int], steps: int = 30) -> str | None:
+    env = WorkloadEnv(w)
+    state = initial_state(w.config.num_blocks, len(w.requests))
+    for _ in range(steps):
+        found = admission_disagreement(w, state, tally)
+        if found:
+            return found
+        state, _ = step(state, env)
+        if all(r.status == "finished" for r in state.reqs):
+            break
+    return None
+
+
+def bind(K: int = 4, runs: int = 16, seed: int = 0) -> Binding:
+    """Compare every encoding with model/ (see the module docstring)."""
+    compared = {"solved states": 0, "random-run states": 0}
+    for cfg in binding_configs():
+        for label, w, state in solved_states(cfg, K):
+            compared["solved states"] += 1
+            found = step_disagreement(w, state)
+            if found:
+                return Binding(compared, f"{found} (target: {label}, {mode_text(cfg)})")
+    rng = random.Random(seed)
+    configs = binding_configs()
+    for n in range(runs):
+        w = random_workload(rng, configs[n % len(configs)], K + 1, prefixes=False)
+        found = run_disagreement(w, compared)
+        if found:
+            return Binding(compared, f"{found} ({mode_text(w.config)})")
+    tally = {"admission": 0, "guarded preflight": 0, "preflight rejections": 0, "prefix hits in preflight": 0}
+    for n in range(runs):
+        cfg = replace(configs[n % len(configs)], prefix_caching=True, block_size=2, num_blocks=12,
+                      kv_layout="shared", watermark_blocks=n % 3)
+        found = admission_run_disagreement(random_workload(rng, cfg, K, prefixes=True), tally)
+        if found:
+            return Binding({**compared, **tally}, found)
+    return Binding({**compared, **tally})
+
+
+def mode_text(cfg: Config) -> str:
+    m = modes_of(cfg)
+    return ", ".join(f"{k}={v}" for k, v in m.items())

@@ -1,0 +1,230 @@
+"""Drain with no step bound, over the whole symbolic step (proofs/bmc.py).
+
+An inductive invariant (it holds initially and one step keeps it) and a
+lexicographic ranking function (W, V, D) that strictly decreases on every step
+from the last arrival on while a request is unfinished:
+
+  W = sum of 2 ** (K - 1 - i) over requests i not running and not finished
+      (index order is priority order, so admitting i and preempting a less urgent
+      j > i lowers W);
+  V = prompt tokens not yet past every depth plus tokens not yet generated,
+      over unfinished requests;
+  D = depths not yet done of in-flight chunks, over unfinished requests.
+
+All three are non-negative under the invariant, so every workload drains. The
+sizes of the config, prompt lengths, max_tokens, priorities, arrivals and block
+needs are unknowns; stop tokens and aborts are arbitrary per-step inputs. Under
+the unguarded policy the rank claim fails; proofs/lasso.py then finds the lasso.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import z3
+
+from proofs.bmc import (
+    FINISHED,
+    PENDING,
+    PREEMPTED,
+    RUNNING,
+    WAITING,
+    Pass,
+    StepInputs,
+    SymConfig,
+    SymState,
+    SymWorkload,
+    initial,
+    sym_step_traced,
+)
+from proofs.result import COUNTEREXAMPLE, PROVED, ProofResult, check_claim
+
+
+def symbolic_workload(K: int, prefix: str = "") -> SymWorkload:
+    def ints(name: str) -> tuple[z3.ArithRef, ...]:
+        return tuple(z3.Int(f"{prefix}{name}{i}") for i in range(K))
+    return SymWorkload(ints("prompt"), ints("max_tokens"), ints("priority"), ints("arrival"), ints("need"))
+
+
+def invariant(s: SymState, w: SymWorkload, c: SymConfig) -> z3.BoolRef:
+    """What every reachable state satisfies (the drain proof's inductive invariant)."""
+    return z3.And(*local_facts(s, w, c), accounting(s, w, c))
+
+
+def accounting(s: SymState, w: SymWorkload, c: SymConfig) -> z3.BoolRef:
+    """Free blocks are the pool less what running requests hold."""
+    held = [z3.If(x == RUNNING, n, 0) for x, n in zip(s.status, w.need, strict=True)]
+    return s.free == c.num_blocks - z3.Sum(held)
+
+
+def local_facts(s: SymState, w: SymWorkload, c: SymConfig) -> list[z3.BoolRef]:
+    """The invariant's conjuncts other than the block accounting."""
+    facts = []
+    for i in range(w.K):
+        st, f, ce, cd, g = s.status[i], s.frontier[i], s.chunk_end[i], s.chunk_depth[i], s.generated[i]
+        facts += [st >= PENDING, st <= FINISHED,
+                  f >= 0, f <= ce, ce <= w.prompt[i],
+                  ce - f <= c.prefill_chunk_size, ce - f <= c.max_num_batched_tokens,
+                  cd >= 0, cd < c.num_loops, z3.Implies(ce == f, cd == 0), z3.Implies(ce > f, cd >= 1),
+                  z3.BoolVal(c.wcpb) if c.wcpb else ce == f,
+                  z3.Implies(st != RUNNING, z3.And(ce == f, cd == 0)),
+                  z3.Implies(z3.Or(st == PENDING, st == WAITING), z3.And(f == 0, g == 0)),
+                  g >= 0, z3.Implies(st != FINISHED, g < w.max_tokens[i]),
+                  z3.Implies(f < w.prompt[i], g == 0),
+                  s.bypasses[i] >= 0,
+                  z3.Implies(z3.And(st != PENDING, st != FINISHED), w.need[i] <= c.num_blocks)]
+    facts += [z3.Sum([z3.If(x == RUNNING, 1, 0) for x in s.status]) <= c.max_num_seqs, s.free >= 0]
+    return facts
+
+
+def rank(s: SymState, w: SymWorkload, c: SymConfig) -> tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]:
+    K = w.K
+    waits = [z3.Or(x == PENDING, x == WAITING, x == PREEMPTED) for x in s.status]
+    live = [x != FINISHED for x in s.status]
+    W = z3.Sum([z3.If(waits[i], 2 ** (K - 1 - i), 0) for i in range(K)])
+    V = z3.Sum([z3.If(live[i], w.prompt[i] - s.frontier[i] + w.max_tokens[i] - s.generated[i], 0)
+                for i in range(K)])
+    D = z3.Sum([z3.If(live[i], c.num_loops - 1 - s.chunk_depth[i], 0) for i in range(K)])
+    return W, V, D
+
+
+def lex_less(a: tuple[z3.ArithRef, ...], b: tuple[z3.ArithRef, ...]) -> z3.BoolRef:
+    if not a:
+        return z3.BoolVal(False)
+    return z3.Or(a[0] < b[0], z3.And(a[0] == b[0], lex_less(a[1:], b[1:])))
+
+
+def drain_query(K: int, modes: dict[str, object]) -> tuple[list[z3.BoolRef], SymState, SymState, SymWorkload,
+                                                          SymConfig, z3.ArithRef]:
+    """Assumptions and the pre/post states of one arbitrary step from a state
+    satisfying the invariant."""
+    c, facts = SymConfig.unknown(modes)
+    w = symbolic_workload(K)
+    s = SymState.unknown("s_", K)
+    t = z3.Int("t")
+    s1, _ = sym_step_traced(s, t, w, c, StepInputs.unknown("in_", K))
+    return facts + w.facts() + [t >= 0, invariant(s, w, c)], s, s1, w, c, t
+
+
+def drain(K: int, modes: dict[str, object], timeout_ms: int = 120_000) -> ProofResult:
+    """Invariant (initiation, consecution) and rank decrease after the last
+    arrival, for K requests and one combination of modes."""
+    policy = str(modes["preemption_policy"]) if modes["priority_preemption"] else "no preemption"
+    expected = PROVED if policy != "unguarded" else COUNTEREXAMPLE
+    name = f"drain K={K} " + mode_label(modes)
+    facts, s, s1, w, c, t = drain_query(K, modes)
+    start = time.perf_counter()
+    steps = [("initiation", facts, invariant(initial(K, c), w, c)),
+             ("consecution", facts, z3.And(local_facts(s1, w, c)))]
+    steps += accounting_lemmas(K, modes)
+    after = [a <= t for a in w.arrival]
+    unfinished = z3.Or([x != FINISHED for x in s.status])
+    steps.append(("rank", facts + after + [unfinished], lex_less(rank(s1, w, c), rank(s, w, c))))
+    for label, assumptions, claim in steps:
+        result, model = check_claim(name, policy, expected, assumptions, claim, timeout_ms)
+        result.seconds = time.perf_counter() - start
+        if result.status != PROVED:
+            why = "a step after the last arrival that does not lower the rank" if model is not None \
+                and label == "rank" else result.detail
+            result.detail = f"{label}: {result.status} {why}".strip()
+            return result
+    result.detail = (f"invariant inductive (consecution + {len(steps) - 3} accounting lemmas); rank (W, V, D) "
+                     f"decreases every step after the last arrival")
+    return result
+
+
+def accounting_lemmas(K: int, modes: dict[str, object]) -> list[tuple[str, list[z3.BoolRef], z3.BoolRef]]:
+    """The block accounting is kept by the step, phase by phase (bmc.Pass), on
+    records of unknowns: each phase of each request keeps `free == num_blocks -
+    held` and that batch members are running (for the phases still to come).
+    The step composes exactly these phases, starting from an empty batch, so
+    the accounting of the state after a step follows from the lemmas."""
+    c, facts = SymConfig.unknown(modes)
+    w = symbolic_workload(K, "acct_")
+    facts = facts + w.facts()
+    lemmas = []
+
+    def kept(p: Pass) -> z3.BoolRef:
+        return p.free == c.num_blocks - p.held()
+
+    def members_run(p: Pass, first: int) -> z3.BoolRef:
+        return z3.And([z3.Implies(p.in_batch[k], p.st[k] == RUNNING) for k in range(first, K)] + [True])
+
+    def not_batched(p: Pass, first: int) -> z3.BoolRef:
+        return z3.And([z3.Not(p.in_batch[k]) for k in range(first, K)] + [True])
+
+    for i in range(K):
+        for phase in ("arrive", "abort", "schedule", "execute"):
+            p = Pass.unknown(f"{phase}{i}_", w, c)
+            if phase == "schedule":
+                pre = [kept(p), members_run(p, 0), not_batched(p, i)]
+            elif phase == "execute":
+                pre = [kept(p), members_run(p, i)]
+            else:
+                pre = [kept(p)]
+            if phase == "arrive":
+                p.arrive(i, z3.Int("t"))
+            elif phase == "abort":
+                p.abort(i, z3.Bool(f"abort{i}"))
+            elif phase == "schedule":
+                p.schedule(i)
+            else:
+                p.execute(i, z3.Bool(f"stop{i}"))
+            post = [kept(p)]
+            if phase == "schedule":
+                post += [members_run(p, 0), not_batched(p, i + 1)]
+            elif phase == "execute":
+                post.append(members_run(p, i + 1))
+            lemmas.append((f"accounting, {phase} {i}", facts + pre, z3.And(post)))
+    return lemmas
+
+
+def mode_label(modes: dict[str, object]) -> str:
+    return (f"{modes['execution']}, wcpb={'on' if modes['wcpb'] else 'off'}, "
+            f"snapshots={'on' if modes['snapshots'] else 'off'}")
+
+
+def preemption_pairs(K: int, modes: dict[str, object], timeout_ms: int = 120_000) -> ProofResult:
+    """Every preemption in a step is made by a strictly more urgent request that
+    the same step admits (one victim per waiting request's turn). With the
+    counting in docs/bounds.md this bounds preemptions (model/bounds.py)."""
+    policy = str(modes["preemption_policy"])
+    expected = PROVED if policy == "guarded" else COUNTEREXAMPLE
+    c, facts = SymConfig.unknown(modes)
+    w = symbolic_workload(K)
+    s = SymState.unknown("s_", K)
+    _, trace = sym_step_traced(s, z3.Int("t"), w, c, StepInputs.unknown("in_", K))
+    claim = z3.And([z3.Implies(h, z3.And(trace.admitted[i], w.priority[i] < w.priority[j]))
+                    for h, i, j in trace.preemptions])
+    result, model = check_claim(f"preemption-pairs K={K} " + mode_label(modes), policy, expected,
+                                facts + w.facts() + [z3.Int("t") >= 0, invariant(s, w, c)], claim, timeout_ms)
+    if model is not None:
+        result.detail = "a preemption whose requester is not admitted in the same step"
+    return result
+
+
+MODES = [dict(execution=e, wcpb=wcpb, snapshots=snap)
+         for e in ("mixed", "refill") for wcpb in (True, False) for snap in (True, False)]
+
+
+def across_modes(name: str, policy: str, obligation: Callable[[int, dict[str, object]], ProofResult],
+                 K: int) -> ProofResult:
+    """One obligation for every combination of execution, WCPB and snapshots
+    under `policy` ("guarded", "unguarded" or "no preemption"); as expected
+    only if every combination is."""
+    preempt = policy != "no preemption"
+    start = time.perf_counter()
+    results = [obligation(K, {**m, "priority_preemption": preempt,
+                              "preemption_policy": policy if preempt else "guarded"}) for m in MODES]
+    seconds = time.perf_counter() - start
+    expected = results[0].expected
+    off = [r for r in results if r.status != expected]
+    if off:
+        first = off[0]
+        return ProofResult(name, policy, first.status, seconds, expected,
+                           detail=f"{first.name}: {first.detail} ({len(off)} of {len(results)} modes)",
+                           counterexample=first.counterexample)
+    detail = f"K={K}, all {len(results)} modes (execution x wcpb x snapshots)"
+    return ProofResult(name, policy, expected, seconds, expected,
+                       detail=f"{detail}; {results[0].detail}" if results[0].detail else detail)
