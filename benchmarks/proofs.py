@@ -1,6 +1,8 @@
-"""Solver seconds per obligation against K (requests) and k (BMC steps).
+"""Solver seconds of the drain proof and the preemption pairing against the
+number of requests, per mode combination and policy, and of the bounded lasso
+search against its steps.
 
-Usage: python -m benchmarks.proofs [--requests 2,3,4] [--steps 4,6,8]
+Usage: python -m benchmarks.proofs [--requests 2,3,4,5,6] [--steps 4,6,8]
 """
 
 from __future__ import annotations
@@ -10,26 +12,37 @@ import argparse
 from benchmarks.steps import EXAMPLE
 from loopcheck.report import table
 from model.workload import load_workload
-from proofs.obligations import obligations
+from proofs.drain import MODES, drain, mode_label, preemption_pairs
+from proofs.lasso import lasso_search
+from proofs.result import ProofResult
+
+
+def cell(result: ProofResult) -> str:
+    return f"{result.seconds:.2f}" + ("" if result.as_expected else f" ({result.status}!)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", default="2,3,4")
+    parser.add_argument("--requests", default="2,3,4,5,6")
     parser.add_argument("--steps", default="4,6,8")
     args = parser.parse_args()
-    base = load_workload(EXAMPLE).config
     Ks = [int(x) for x in args.requests.split(",")]
+    rows = []
+    for obligation, fn in (("drain", drain), ("preemption-pairs", preemption_pairs)):
+        for policy in ("guarded", "no preemption", "unguarded"):
+            if obligation == "preemption-pairs" and policy == "no preemption":
+                continue
+            for m in MODES:
+                modes = {**m, "priority_preemption": policy != "no preemption",
+                         "preemption_policy": "unguarded" if policy == "unguarded" else "guarded"}
+                rows.append([obligation, policy, mode_label(m)] + [cell(fn(K, modes)) for K in Ks])
+    print(table(["obligation", "policy", "modes"] + [f"K={K}" for K in Ks], rows))
+    base = load_workload(EXAMPLE).config
     ks = [int(x) for x in args.steps.split(",")]
-    header = ["obligation"] + [f"K={K},k={k}" for K in Ks for k in ks]
-    times: dict[str, list[str]] = {}
-    for K in Ks:
-        for k in ks:
-            for label, thunk in obligations(base, K, k):
-                result, _ = thunk()
-                mark = "" if result.as_expected else f" ({result.status}!)"
-                times.setdefault(label, []).append(f"{result.seconds:.2f}{mark}")
-    print(table(header, [[label] + cells for label, cells in times.items()]))
+    rows = [[f"lasso search ({policy})"] + [cell(lasso_search(base, policy, 3, k)[0]) for k in ks]
+            for policy in ("unguarded", "guarded")]
+    print()
+    print(table(["bounded search, K=3"] + [f"k={k}" for k in ks], rows))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 import z3
 
 from model.config import Config
+from model.events import Event
 from model.reference import _Step, page_hash, step, total_pages
 from model.simulate import WorkloadEnv
 from model.state import PREEMPTED, RUNNING, WAITING, ReqState, SchedState, initial_state
@@ -317,9 +318,36 @@ def admission_run_disagreement(w: Workload, tally: dict[str, int], steps: int = 
         found = admission_disagreement(w, state, tally)
         if found:
             return found
-        state, _ = step(state, env)
+        nxt, events = step(state, env)
+        found = guard_disagreement(w, state, nxt, events, tally)
+        if found:
+            return found
+        state = nxt
         if all(r.status == "finished" for r in state.reqs):
             break
+    return None
+
+
+def guard_disagreement(w: Workload, state: SchedState, nxt: SchedState, events: list[Event],
+                       tally: dict[str, int]) -> str | None:
+    """The futility encoding's rules on one model step (guarded policy): a
+    preemption whose requester is not admitted records the requester in the
+    guard; an admission clears it."""
+    if w.config.preemption_policy != "guarded":
+        return None
+    index = {r.rid: i for i, r in enumerate(w.requests)}
+    admitted = {index[e.rid] for e in events if e.kind in ("admit", "resume")}
+    futile = {index[str(e.args[0])] for e in events if e.kind == "preempt"} - admitted
+    guarded = {i for i, _ in nxt.guard}
+    tally["futile preemptions"] += len(futile)
+    if futile - guarded:
+        i = min(futile - guarded)
+        return (f"encoding and model disagree at futility guard: {w.requests[i].rid} preempted futilely and was "
+                f"not recorded, {describe(w, state)}")
+    if admitted & guarded:
+        i = min(admitted & guarded)
+        return (f"encoding and model disagree at futility guard: {w.requests[i].rid} was admitted and is still "
+                f"recorded, {describe(w, state)}")
     return None
 
 
@@ -339,14 +367,47 @@ def bind(K: int = 4, runs: int = 16, seed: int = 0) -> Binding:
         found = run_disagreement(w, compared)
         if found:
             return Binding(compared, f"{found} ({mode_text(w.config)})")
-    tally = {"admission": 0, "guarded preflight": 0, "preflight rejections": 0, "prefix hits in preflight": 0}
-    for n in range(runs):
-        cfg = replace(configs[n % len(configs)], prefix_caching=True, block_size=2, num_blocks=12,
-                      kv_layout="shared", watermark_blocks=n % 3)
-        found = admission_run_disagreement(random_workload(rng, cfg, K, prefixes=True), tally)
+    tally = {"admission": 0, "guarded preflight": 0, "preflight rejections": 0, "prefix hits in preflight": 0,
+             "futile preemptions": 0}
+    for w in prefix_workloads(rng, configs, runs, aimed=runs // 2):
+        found = admission_run_disagreement(w, tally)
         if found:
             return Binding({**compared, **tally}, found)
     return Binding({**compared, **tally})
+
+
+def prefix_workloads(rng: random.Random, configs: list[Config], plain: int, aimed: int,
+                     tries: int = 4000) -> list[Workload]:
+    """`plain` random workloads with prefix caching, then `aimed` more among those
+    whose model run makes a futile preemption (a window random runs seldom open:
+    a running request still prefilling pages the waiting request hits)."""
+    def draw(n: int) -> Workload:
+        cfg = replace(configs[n % len(configs)], prefix_caching=True, block_size=2, num_blocks=12,
+                      kv_layout="shared", watermark_blocks=n % 3)
+        return random_workload(rng, cfg, 4, prefixes=True)
+
+    out = [draw(n) for n in range(plain)]
+    found = 0
+    for n in range(tries):
+        if found == aimed:
+            break
+        w = draw(2 * n)     # even indices: the guarded policy
+        if futile_preemption(w):
+            out.append(w)
+            found += 1
+    return out
+
+
+def futile_preemption(w: Workload, steps: int = 30) -> bool:
+    """Does the model's run of w make a preemption whose requester is not admitted?"""
+    env = WorkloadEnv(w)
+    state = initial_state(w.config.num_blocks, len(w.requests))
+    for _ in range(steps):
+        state, events = step(state, env)
+        admitted = {e.rid for e in events if e.kind in ("admit", "resume")}
+        if any(e.kind == "preempt" and e.args[0] not in admitted for e in events):
+            return True
+    return False
 
 
 def mode_text(cfg: Config) -> str:

@@ -44,8 +44,8 @@ def obligations(base: Config, K: int, k: int, drain_K: int) -> Iterator[tuple[st
     yield "admission-atomic", plain(lambda: admission_atomic(K, C))
     yield "preflight-soundness", plain(lambda: preflight_soundness(K, C, pending=False))
     yield "preflight-soundness-pending", plain(lambda: preflight_soundness(K, C, pending=True))
-    yield "futility/guarded", plain(lambda: futility(k, "guarded"))
-    yield "futility/unguarded", plain(lambda: futility(k, "unguarded"))
+    yield "futility/guarded", plain(lambda: futility("guarded"))
+    yield "futility/unguarded", plain(lambda: futility("unguarded"))
     for policy in ("guarded", "no preemption", "unguarded"):
         yield f"drain/{policy}", plain(lambda policy=policy: across_modes("drain", policy, drain, drain_K))
     for policy in ("guarded", "unguarded"):

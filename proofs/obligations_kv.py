@@ -114,27 +114,23 @@ def preflight_soundness(K: int, C: int, pending: bool, rules: GuardRules = GUARD
     return result
 
 
-def futility(steps: int, policy: str, record_guard: bool = True) -> ProofResult:
-    """At most one futile preemption for w per free-block budget between two of
-    its admissions, over `steps` visits of w (bounded)."""
-    budget = [z3.Int(f"budget{t}") for t in range(steps)]
-    pre = [z3.Bool(f"preempt{t}") for t in range(steps)]
-    adm = [z3.Bool(f"admit{t}") for t in range(steps)]
-    guard = z3.K(z3.IntSort(), z3.BoolVal(False))
-    facts = []
-    for t in range(steps):
-        if policy == "guarded":
-            facts.append(z3.Implies(pre[t], z3.Not(guard[budget[t]])))
-        futile = z3.And(pre[t], z3.Not(adm[t]))
-        if record_guard:
-            guard = z3.If(adm[t], z3.K(z3.IntSort(), z3.BoolVal(False)),
-                          z3.If(futile, z3.Store(guard, budget[t], True), guard))
-    twice = []
-    for t1 in range(steps):
-        for t2 in range(t1 + 1, steps):
-            no_admission = z3.And([z3.Not(adm[t]) for t in range(t1, t2)])
-            twice.append(z3.And(pre[t1], z3.Not(adm[t1]), pre[t2], z3.Not(adm[t2]),
-                                budget[t1] == budget[t2], no_admission))
+def futility(policy: str, record_guard: bool = True) -> ProofResult:
+    """No two futile preemptions for w at the same free-block budget between two
+    of its admissions, unbounded in steps. For an arbitrary budget value b, `g`
+    says the guard holds (w, b) and `h` that w made a futile preemption at b since
+    its last admission; the invariant h -> g is inductive over any visit of w
+    (preempt or not, admitted or not, at any budget), and under it a preemption at
+    b cannot be a second futile one."""
+    b, budget = z3.Int("b"), z3.Int("budget")
+    g, h = z3.Bools("guard_holds_b futile_at_b")
+    pre, adm = z3.Bools("preempt admit")
+    facts = [z3.Implies(h, g)]
+    if policy == "guarded":
+        facts.append(z3.Implies(pre, z3.Not(z3.And(budget == b, g))))
+    futile_here = z3.And(pre, z3.Not(adm), budget == b)
+    g1 = z3.If(adm, False, z3.Or(g, futile_here)) if record_guard else z3.If(adm, False, g)
+    h1 = z3.If(adm, False, z3.Or(h, futile_here))
+    claim = z3.And(z3.Implies(h1, g1), z3.Implies(futile_here, z3.Not(h)))
     expected = PROVED if policy == "guarded" else COUNTEREXAMPLE
-    result, _ = check_claim("futility", policy, expected, facts, z3.Not(z3.Or(twice + [z3.BoolVal(False)])))
+    result, _ = check_claim("futility", policy, expected, facts, claim)
     return result

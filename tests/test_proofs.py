@@ -22,8 +22,8 @@ def test_expected_results_at_small_bounds() -> None:
     assert admission_atomic(3, 3).status == PROVED
     assert preflight_soundness(3, 3, pending=False).status == PROVED
     assert preflight_soundness(3, 3, pending=True).status == COUNTEREXAMPLE
-    assert futility(6, "guarded").status == PROVED
-    assert futility(6, "unguarded").status == COUNTEREXAMPLE
+    assert futility("guarded").status == PROVED
+    assert futility("unguarded").status == COUNTEREXAMPLE
 
 
 def test_dropping_the_watermark_from_the_guarded_check_is_refuted() -> None:
@@ -36,7 +36,7 @@ def test_forgetting_to_release_shared_references_is_refuted() -> None:
 
 
 def test_a_guard_that_records_nothing_allows_repeated_futile_preemption() -> None:
-    assert futility(6, "guarded", record_guard=False).status == COUNTEREXAMPLE
+    assert futility("guarded", record_guard=False).status == COUNTEREXAMPLE
 
 
 GUARDED = dict(execution="refill", wcpb=True, snapshots=False, priority_preemption=True,

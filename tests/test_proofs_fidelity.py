@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,8 @@ def test_step_encoding_agrees_with_the_model(w: Workload) -> None:
 @settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=SLOW)
 @given(workloads(configs(allocation="upfront", prefix_caching=True)), st.integers(0, 30))
 def test_admission_encoding_agrees_with_the_model(w: Workload, steps: int) -> None:
-    tally = {"admission": 0, "guarded preflight": 0, "preflight rejections": 0, "prefix hits in preflight": 0}
+    tally = {"admission": 0, "guarded preflight": 0, "preflight rejections": 0, "prefix hits in preflight": 0,
+             "futile preemptions": 0}
     assert admission_run_disagreement(w, tally, steps) is None
 
 
@@ -59,19 +61,42 @@ def test_a_guarded_policy_that_chooses_like_the_unguarded_one_is_caught(monkeypa
     assert any(f and f.startswith("encoding and model disagree at admission, preemption") for f in found)
 
 
-def test_a_preflight_that_ignores_pending_prefix_pages_is_caught(monkeypatch) -> None:
-    original = ref._Step.preflight
-    monkeypatch.setattr(ref._Step, "preflight", lambda self, i, v, others, active: original(
-        self, i, v, frozenset(), active))
-    result = binding.bind(K=4, runs=16)
-    assert not result.agrees and "guarded preflight" in result.summary()
+def _preflight_without_pending_hits(original):
+    return lambda self, i, v, others, active: original(self, i, v, frozenset(), active)
 
 
-def test_an_admission_that_ignores_the_watermark_is_caught(monkeypatch) -> None:
-    original = ref._Step.fits
-    monkeypatch.setattr(ref._Step, "fits", lambda self, i, plan, active: original(self, i, plan, False))
-    found = [step_disagreement(w, s) for _, w, s in solved_states(binding.binding_configs()[0], 3)]
-    assert any(found)
+def _fits_without_watermark(original):
+    return lambda self, i, plan, active: original(self, i, plan, False)
+
+
+def _release_keeping_holders(original):
+    def release(self, i):
+        self.free += self.planes * sum(page is None for page in self.reqs[i].pages)
+        self.reqs[i] = replace(self.reqs[i], pages=())
+    return release
+
+
+def _guard_never_recording(original):
+    class Forgetful(set):
+        def add(self, item):
+            pass
+
+    def schedule_waiting(self, i, active):
+        self.guard = Forgetful(self.guard)
+        original(self, i, active)
+    return schedule_waiting
+
+
+@pytest.mark.parametrize("method, mutate, rule", [
+    ("preflight", _preflight_without_pending_hits, "guarded preflight"),
+    ("fits", _fits_without_watermark, "admission, preemption and finishing"),
+    ("release", _release_keeping_holders, "block accounting"),
+    ("schedule_waiting", _guard_never_recording, "futility guard"),
+])
+def test_a_rule_changed_in_the_model_alone_is_caught_by_the_binding(monkeypatch, method, mutate, rule) -> None:
+    monkeypatch.setattr(ref._Step, method, mutate(getattr(ref._Step, method)))
+    result = binding.bind()
+    assert not result.agrees and f"encoding and model disagree at {rule}" in result.summary()
 
 
 def test_an_encoding_that_drifts_is_caught(monkeypatch) -> None:
