@@ -32,7 +32,8 @@ from sut.torch_sut import TorchSUT
 
 BRANCHES = ("admit", "admit+prefix-hit", "resume", "resume+prefix-hit", "resume+snapshot-restore",
             "preempt+snapshot", "preempt+restart", "preempt+self", "rewind", "publish", "reject", "abort",
-            "finish(length)", "finish(stop)", "finish(abort)", "finish(rejected)")
+            "finish(length)", "finish(stop)", "finish(abort)", "finish(rejected)", "preempt+futile",
+            "preempt+again", "abort+preempted")
 
 
 @dataclass
@@ -127,7 +128,8 @@ def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budge
     while time.monotonic() - start < budget_seconds:
         test = get_state_machine_test(machine, settings=settings(
             max_examples=batch_examples, deadline=None, database=database, stateful_step_count=20,
-            phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=list(HealthCheck),
+            phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
+            suppress_health_check=list(HealthCheck),
             print_blob=False))
         seeded = seed(seed_value + batch)(test)
         # hypothesis.seed() switches the example database off; a campaign wants both

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hypothesis import reject
+from hypothesis import reject, target
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, precondition, rule
 
@@ -30,6 +30,7 @@ from model.workload import RequestSpec, Workload, save_workload
 from sut.driver import Driver
 from sut.protocol import Observation, SutFactory
 from sut.torch_sut import TorchSUT
+from sut.view import PREEMPTED
 
 
 @dataclass
@@ -43,8 +44,42 @@ class Stats:
     first_failure_at: float | None = None
     ticker: Callable[[], None] | None = None   # called about every TICK seconds of stepping
     next_tick: float = 0.0
+    example: Counter = field(default_factory=Counter)        # rare branches of the current example
+    preempted: set[str] = field(default_factory=set)         # requests preempted and not back yet
+    ever_preempted: set[str] = field(default_factory=set)
 
     TICK = 2.0
+    RARE = ("preempt+futile", "preempt+again", "abort+preempted", "resume+prefix-hit", "resume+snapshot-restore",
+            "preempt+self", "finish(stop)")
+
+    def new_example(self) -> None:
+        self.example, self.preempted, self.ever_preempted = Counter(), set(), set()
+
+    def score(self) -> float:
+        """How rare the current example's branches are across the campaign: each
+        rare branch it reached counts 1 / (1 + times reached so far), so the
+        targeting phase steers toward branches seldom or never seen."""
+        return sum(n / (1 + self.branches[b]) for b, n in self.example.items())
+
+    def rare_branches(self, events: list[Event]) -> list[str]:
+        """Branches only a sequence of events shows: a preemption whose requester is
+        not admitted in the same step (futile), a request preempted again, an
+        abort of a preempted request."""
+        came_in = {e.rid for e in events if e.kind in ("admit", "resume")}
+        out = []
+        for e in events:
+            if e.kind == "preempt":
+                if e.args[0] != e.rid and e.args[0] not in came_in:
+                    out.append("preempt+futile")
+                if e.rid in self.ever_preempted:
+                    out.append("preempt+again")
+                self.preempted.add(e.rid)
+                self.ever_preempted.add(e.rid)
+            elif e.kind in ("admit", "resume"):
+                self.preempted.discard(e.rid)
+            elif e.kind == "abort" and e.rid in self.preempted:
+                out.append("abort+preempted")
+        return out
 
     def note_step(self, events: list[Event], obs: Observation) -> None:
         """Scheduler branches, as far as events show them; and the ticker, when due."""
@@ -63,6 +98,11 @@ class Stats:
             elif e.kind == "finish":
                 name += f"({e.args[0]})"
             self.branches[name] += 1
+            if name in self.RARE:
+                self.example[name] += 1
+        for name in self.rare_branches(events):
+            self.branches[name] += 1
+            self.example[name] += 1
 
 
 LAST_FAILURE = "last-failure.json"   # the first failure's property and message, as soon as it is found
@@ -110,6 +150,7 @@ class LoopcheckMachine(RuleBasedStateMachine):
             reject()   # the system refuses this config: draw another
         self.guarded(self.driver.raise_failure)   # a crash while building the system is a finding
         cls.stats.examples += 1
+        cls.stats.new_example()
 
     def guarded(self, action, *args) -> None:
         """Run a driver action; on the first violation write the counterexample (the
@@ -148,6 +189,18 @@ class LoopcheckMachine(RuleBasedStateMachine):
         self.guarded(self.driver.abort, rid)
         type(self).stats.rules["abort"] += 1
 
+    def preempted(self) -> list[str]:
+        return sorted(rid for rid, r in self.driver.view.requests.items() if r.status == PREEMPTED)
+
+    @precondition(lambda self: self.ok() and self.example_shape.aborts == "on"
+                  and self.driver.sut.capabilities.abort and bool(self.preempted()))
+    @rule(data=st.data())
+    def abort_preempted(self, data: st.DataObject) -> None:
+        """Abort a request while it is preempted (it may hold a CPU snapshot): a
+        window aborts drawn at random seldom hit."""
+        self.guarded(self.driver.abort, data.draw(st.sampled_from(self.preempted())))
+        type(self).stats.rules["abort"] += 1
+
     @precondition(lambda self: self.ok())
     @rule(n=st.integers(1, 4))
     def advance(self, n: int) -> None:
@@ -158,9 +211,12 @@ class LoopcheckMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.ok():
             self.guarded(self.driver.finish)
+            target(type(self).stats.score(), label="rare branches")
 
 
-PREFIXES = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=6).map(tuple),
+# Shared prefixes up to 12 tokens: a long prefix is published over several steps,
+# which opens the window where a waiting request hits pages still being prefilled.
+PREFIXES = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=12).map(tuple),
                     min_size=1, max_size=2).map(tuple)
 
 

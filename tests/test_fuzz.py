@@ -151,3 +151,22 @@ def test_the_example_database_keeps_failures_for_the_next_campaign(tmp_path) -> 
     fresh = run_campaign("unguarded", 60, 999, tmp_path / "fresh")
     assert again.violation is not None and fresh.violation is not None
     assert again.stats.examples < fresh.stats.examples
+
+
+def test_rare_branches_are_read_from_event_sequences_and_steer_the_score() -> None:
+    from fuzz.machine import Stats
+    from model.events import Event
+
+    stats = Stats()
+    stats.new_example()
+    step1 = [Event("preempt", "v", ("w", True)), Event("admit", "w", (0,))]      # paired: not futile
+    step2 = [Event("preempt", "v2", ("w2", True))]                              # w2 not admitted: futile
+    step3 = [Event("resume", "v", (0, 2)), Event("preempt", "v", ("w", True)), Event("abort", "v2", ())]
+    for events in (step1, step2, step3):
+        stats.note_step(events, None)
+    assert stats.example["preempt+futile"] == 2      # step 3's preemption is not paired either
+    assert stats.example["preempt+again"] == 1 and stats.example["abort+preempted"] == 1
+    rare_now = stats.score()
+    stats.new_example()
+    stats.note_step(step2, None)
+    assert 0 < stats.score() < rare_now              # a branch seen before scores less
