@@ -29,6 +29,7 @@ from model.simulate import WorkloadEnv
 from model.state import PREEMPTED, RUNNING, WAITING, ReqState, SchedState, initial_state
 from model.workload import RequestSpec, Workload
 from proofs import admission as adm
+from proofs import bmc
 from proofs.bmc import (
     FINISHED,
     PENDING,
@@ -139,20 +140,23 @@ def targets(s: SymState, s1: SymState, w: SymWorkload, c: SymConfig, ins: StepIn
     """Conditions on one step that aim a solved state at a rule."""
     K = w.K
     pre = trace.preemptions
-    waiting = [z3.Or(x == 1, x == 3) for x in s.status]
-    running = [x == 2 for x in s.status]
-    less_urgent_runs = [z3.Or([z3.And(running[j], w.priority[j] > w.priority[i]) for j in range(i + 1, K)]
-                              + [z3.BoolVal(False)]) for i in range(K)]
+    waiting = [z3.Or(x == bmc.WAITING, x == bmc.PREEMPTED) for x in s.status]
+    running = [x == bmc.RUNNING for x in s.status]
+    no_abort = z3.Not(z3.Or(ins.aborts))
+    # a less urgent request runs at i's turn (no abort this step; none preempted earlier in the pass)
+    less_urgent_runs = [z3.And(no_abort, z3.Not(z3.Or([h for h, a, _ in pre if a < i] + [False])),
+                               z3.Or([z3.And(running[j], w.priority[j] > w.priority[i]) for j in range(i + 1, K)]
+                                     + [z3.BoolVal(False)])) for i in range(K)]
     return {
         "preemption": z3.Or([h for h, _, _ in pre]),
-        "victim skipped": z3.Or([z3.And(h, z3.Or([z3.And(running[k], w.priority[k] > w.priority[i])
+        "victim skipped": z3.Or([z3.And(h, no_abort, z3.Or([z3.And(running[k], w.priority[k] > w.priority[i])
                                                   for k in range(j + 1, K)] + [z3.BoolVal(False)]))
                                  for h, i, j in pre]),
         "preemption refused": z3.Or([z3.And(trace.wanted[i], less_urgent_runs[i],
                                             z3.Not(z3.Or([h for h, a, _ in pre if a == i] + [False])))
                                      for i in range(K)]),
         "bypass limit": z3.Or([z3.And(waiting[i], s.bypasses[i] >= c.max_bypasses,
-                                      z3.Or([s.status[k] == 1 for k in range(i + 1, K)] + [False]))
+                                      z3.Or([s.status[k] == bmc.WAITING for k in range(i + 1, K)] + [False]))
                                for i in range(K)]),
         "watermark": z3.Or([z3.And(waiting[i], z3.Or(running), s.free - c.watermark < w.need[i],
                                    s.free >= w.need[i]) for i in range(K)]),
@@ -161,7 +165,8 @@ def targets(s: SymState, s1: SymState, w: SymWorkload, c: SymConfig, ins: StepIn
                                     s1.generated[i] < w.max_tokens[i]) for i in range(K)]),
         "rejection": z3.Or([z3.And(s.status[i] == PENDING, w.need[i] > c.num_blocks, s1.status[i] == FINISHED)
                             for i in range(K)]),
-        "resume": z3.Or([z3.And(s.status[i] == 3, s.frontier[i] > 0, s1.status[i] == 2) for i in range(K)]),
+        "resume": z3.Or([z3.And(s.status[i] == bmc.PREEMPTED, s.frontier[i] > 0, s1.status[i] == bmc.RUNNING)
+                         for i in range(K)]),
         "stage conflict": z3.Or([z3.And(running[i], s.frontier[i] == w.prompt[i],
                                         z3.Or([z3.And(waiting[k], s.frontier[k] < w.prompt[k])
                                                for k in range(K) if k != i] + [False])) for i in range(K)]),
