@@ -1,7 +1,8 @@
 """A small third-party-style scheduler that does not share loopcheck's semantics
 (FCFS or priority queue, chunked prefill, incremental KV blocks, LIFO recompute
-preemption, no WCPB, no snapshots), with bugs that can be switched on one at a
-time. The property checks must pass it clean and catch each bug without a
+preemption, no WCPB, no snapshots; under priority, the token budget goes to the
+most urgent waiting request before less urgent running ones), with bugs that can
+be switched on one at a time. The property checks must pass it clean and catch each bug without a
 reference model of it."""
 
 from __future__ import annotations
@@ -99,9 +100,12 @@ class ToyScheduler:
             self.running.remove(victim)
             self._preempt(victim, events)
         budget, batch = cfg.max_num_batched_tokens, []
+        head = self.waiting[0] if priority and self.waiting else None   # the most urgent waiting request
         for r in list(self.running):
             if r not in self.running:
                 continue
+            if head is not None and r.spec.key > head.spec.key and self._need(head, len(head.spec.prompt)) <= self.free:
+                continue   # the token budget goes to the more urgent waiting request first
             n = min(cfg.prefill_chunk_size, len(r.spec.prompt) - r.computed) if r.computed < len(r.spec.prompt) else 1
             n = min(n, budget) if "budget" not in self.bugs else n
             if n <= 0:
