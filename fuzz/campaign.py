@@ -128,7 +128,7 @@ def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budge
     while time.monotonic() - start < budget_seconds:
         test = get_state_machine_test(machine, settings=settings(
             max_examples=batch_examples, deadline=None, database=database, stateful_step_count=20,
-            phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
+            phases=[Phase.explicit, Phase.reuse, Phase.generate],
             suppress_health_check=list(HealthCheck),
             print_blob=False))
         seeded = seed(seed_value + batch)(test)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hypothesis import reject, target
+from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, precondition, rule
 
@@ -30,7 +30,6 @@ from model.workload import RequestSpec, Workload, save_workload
 from sut.driver import Driver
 from sut.protocol import Observation, SutFactory
 from sut.torch_sut import TorchSUT
-from sut.view import PREEMPTED
 
 
 @dataclass
@@ -44,22 +43,12 @@ class Stats:
     first_failure_at: float | None = None
     ticker: Callable[[], None] | None = None   # called about every TICK seconds of stepping
     next_tick: float = 0.0
-    example: Counter = field(default_factory=Counter)        # rare branches of the current example
     preempted: set[str] = field(default_factory=set)         # requests preempted and not back yet
     ever_preempted: set[str] = field(default_factory=set)
 
     TICK = 2.0
-    RARE = ("preempt+futile", "preempt+again", "abort+preempted", "resume+prefix-hit", "resume+snapshot-restore",
-            "preempt+self", "finish(stop)")
-
     def new_example(self) -> None:
-        self.example, self.preempted, self.ever_preempted = Counter(), set(), set()
-
-    def score(self) -> float:
-        """How rare the current example's branches are across the campaign: each
-        rare branch it reached counts 1 / (1 + times reached so far), so the
-        targeting phase steers toward branches seldom or never seen."""
-        return sum(n / (1 + self.branches[b]) for b, n in self.example.items())
+        self.preempted, self.ever_preempted = set(), set()
 
     def rare_branches(self, events: list[Event]) -> list[str]:
         """Branches only a sequence of events shows: a preemption whose requester is
@@ -98,11 +87,8 @@ class Stats:
             elif e.kind == "finish":
                 name += f"({e.args[0]})"
             self.branches[name] += 1
-            if name in self.RARE:
-                self.example[name] += 1
         for name in self.rare_branches(events):
             self.branches[name] += 1
-            self.example[name] += 1
 
 
 LAST_FAILURE = "last-failure.json"   # the first failure's property and message, as soon as it is found
@@ -189,18 +175,6 @@ class LoopcheckMachine(RuleBasedStateMachine):
         self.guarded(self.driver.abort, rid)
         type(self).stats.rules["abort"] += 1
 
-    def preempted(self) -> list[str]:
-        return sorted(rid for rid, r in self.driver.view.requests.items() if r.status == PREEMPTED)
-
-    @precondition(lambda self: self.ok() and self.example_shape.aborts == "on"
-                  and self.driver.sut.capabilities.abort and bool(self.preempted()))
-    @rule(data=st.data())
-    def abort_preempted(self, data: st.DataObject) -> None:
-        """Abort a request while it is preempted (it may hold a CPU snapshot): a
-        window aborts drawn at random seldom hit."""
-        self.guarded(self.driver.abort, data.draw(st.sampled_from(self.preempted())))
-        type(self).stats.rules["abort"] += 1
-
     @precondition(lambda self: self.ok())
     @rule(n=st.integers(1, 4))
     def advance(self, n: int) -> None:
@@ -211,7 +185,6 @@ class LoopcheckMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.ok():
             self.guarded(self.driver.finish)
-            target(type(self).stats.score(), label="rare branches")
 
 
 PREFIXES = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=6).map(tuple),
