@@ -46,6 +46,7 @@ from proofs.bmc import (
 )
 from proofs.drain import MODES, invariant
 from proofs.kv import KVState, conservation
+from proofs.lasso import symbolic_workload
 
 RULE_OF_FIELD = {"status": "admission, preemption and finishing", "frontier": "prefill frontier and rewind",
                  "chunk_end": "prefill chunks and rewind", "chunk_depth": "WCPB depth",
@@ -176,9 +177,7 @@ def targets(s: SymState, s1: SymState, w: SymWorkload, c: SymConfig, ins: StepIn
 def solved_states(cfg: Config, K: int) -> list[tuple[str, Workload, SchedState]]:
     """One state per target that z3 can reach from the invariant under `cfg`."""
     sc = SymConfig.of(cfg)
-    pv = lambda name: tuple(z3.Int(f"{name}{i}") for i in range(K))  # noqa: E731
-    prompt, max_tokens = pv("prompt"), pv("max_tokens")
-    w = SymWorkload(prompt, max_tokens, pv("priority"), pv("arrival"), needs_of(prompt, max_tokens, cfg))
+    w, _ = symbolic_workload(K, cfg)   # this module's own limits below, not the lasso search's
     s, t = SymState.unknown("s_", K), z3.Int("t")
     ins = StepInputs.unknown("in_", K)
     s1, trace = sym_step_traced(s, t, w, sc, ins)

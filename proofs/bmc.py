@@ -13,6 +13,7 @@ proofs/binding.py evaluates it on concrete states against model/ (and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import z3
@@ -165,6 +166,11 @@ def supported(cfg: Config) -> str | None:
     return None
 
 
+def held_blocks(status: Sequence[z3.ArithRef], need: Sequence[z3.ArithRef]) -> z3.ArithRef:
+    """Blocks held by running requests."""
+    return z3.Sum([z3.If(x == RUNNING, n, 0) for x, n in zip(status, need, strict=True)])
+
+
 def _min(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
     return z3.If(a < b, a, b)
 
@@ -249,8 +255,7 @@ class Pass:
                         tuple(self.byp), self.free)
 
     def held(self) -> z3.ArithRef:
-        """Blocks held by running requests."""
-        return z3.Sum([z3.If(x == RUNNING, n, 0) for x, n in zip(self.st, self.w.need, strict=True)])
+        return held_blocks(self.st, self.w.need)
 
     def arrive(self, i: int, t: z3.ArithRef | int) -> None:
         """A pending request arrives at its step; one that can never fit is rejected."""

@@ -35,6 +35,7 @@ from proofs.bmc import (
     SymConfig,
     SymState,
     SymWorkload,
+    held_blocks,
     initial,
     sym_step_traced,
 )
@@ -54,8 +55,7 @@ def invariant(s: SymState, w: SymWorkload, c: SymConfig) -> z3.BoolRef:
 
 def accounting(s: SymState, w: SymWorkload, c: SymConfig) -> z3.BoolRef:
     """Free blocks are the pool less what running requests hold."""
-    held = [z3.If(x == RUNNING, n, 0) for x, n in zip(s.status, w.need, strict=True)]
-    return s.free == c.num_blocks - z3.Sum(held)
+    return s.free == c.num_blocks - held_blocks(s.status, w.need)
 
 
 def local_facts(s: SymState, w: SymWorkload, c: SymConfig) -> list[z3.BoolRef]:
@@ -67,7 +67,7 @@ def local_facts(s: SymState, w: SymWorkload, c: SymConfig) -> list[z3.BoolRef]:
                   f >= 0, f <= ce, ce <= w.prompt[i],
                   ce - f <= c.prefill_chunk_size, ce - f <= c.max_num_batched_tokens,
                   cd >= 0, cd < c.num_loops, z3.Implies(ce == f, cd == 0), z3.Implies(ce > f, cd >= 1),
-                  z3.BoolVal(c.wcpb) if c.wcpb else ce == f,
+                  z3.BoolVal(True) if c.wcpb else ce == f,
                   z3.Implies(st != RUNNING, z3.And(ce == f, cd == 0)),
                   z3.Implies(z3.Or(st == PENDING, st == WAITING), z3.And(f == 0, g == 0)),
                   g >= 0, z3.Implies(st != FINISHED, g < w.max_tokens[i]),
