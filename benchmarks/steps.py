@@ -17,7 +17,7 @@ from typing import Any
 import engine.runner
 from engine.llm_engine import LLMEngine
 from loopcheck.report import table
-from model.workload import Workload, load_workload, submit_due
+from model.workload import InputSchedule, Workload, load_workload
 from sut.simulate import simulate_model
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "livelock.json"
@@ -42,10 +42,11 @@ def engine_run(w: Workload, steps: int, totals: dict[str, float] | None) -> tupl
         engine.runner.paged_attention = timed_wrapper(original_attention, "attention", totals)
         for name in ("admit_arrivals", "schedule", "complete"):
             setattr(eng.scheduler, name, timed_wrapper(getattr(eng.scheduler, name), "scheduler", totals))
+    inputs = InputSchedule(w.requests)
     start = time.perf_counter()
     try:
         while eng.step_count < steps:
-            submit_due(w.requests, eng.step_count, eng.add_request, eng.abort_request)
+            inputs.submit_due(eng.step_count, eng.add_request, eng.abort_request)
             eng.step()
             if eng.step_count > max(r.arrival for r in w.requests) and not eng.has_unfinished():
                 break

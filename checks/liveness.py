@@ -113,8 +113,9 @@ class PriorityWaiting(Check):
         cfg, view = driver.cfg, driver.view
         free = cfg.num_blocks - obs.blocks_held
         free_before, self.free_before = (self.free_before if self.free_before is not None else cfg.num_blocks), free
+        before = view.before
         waiting = [r for r in view.requests.values()
-                   if view.before.get(r.spec.rid) in (WAITING, PREEMPTED) and r.status in (WAITING, PREEMPTED)]
+                   if before.get(r.spec.rid) in (WAITING, PREEMPTED) and r.status in (WAITING, PREEMPTED)]
         if not waiting:
             self.streak = None
             return

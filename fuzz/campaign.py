@@ -19,7 +19,7 @@ from hypothesis.stateful import get_state_machine_test
 
 from checks.base import Violation
 from checks.suite import checks_for
-from fuzz.machine import LAST_FAILURE, Stats, counterexample_path, machine_class, write_counterexample
+from fuzz.machine import LAST_FAILURE, BudgetSpent, Stats, counterexample_path, machine_class, write_counterexample
 from fuzz.shrink import shrink
 from fuzz.strategies import DEFAULT_SHAPE, Shape, configs
 from model.config import Config, regression_config
@@ -29,6 +29,8 @@ from sut.driver import run_workload
 from sut.loader import capabilities_of
 from sut.protocol import SutFactory
 from sut.torch_sut import TorchSUT
+
+DEFAULT_REPLAYS = 400   # shrinking's work bound when the budget governs it
 
 BRANCHES = ("admit", "admit+prefix-hit", "resume", "resume+prefix-hit", "resume+snapshot-restore",
             "preempt+snapshot", "preempt+restart", "preempt+self", "rewind", "publish", "reject", "abort",
@@ -47,6 +49,7 @@ class CampaignResult:
     time_to_failure: float | None = None
     notes: list[str] = field(default_factory=list)
     interrupted: int | None = None     # the exit code of the interrupt that stopped it
+    shrink_replays: int = 0            # replays the shrink made (the same bound reproduces its file)
 
 
 def open_database(spec: str | None, out: Path) -> ExampleDatabase:
@@ -80,12 +83,14 @@ def progress_line(elapsed: float, stats: Stats) -> str:
 
 def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path, mode: str = "regression",
                  db: str | None = None, factory: SutFactory = TorchSUT, check_mode: str = "lockstep",
-                 shape: Shape = DEFAULT_SHAPE, batch_examples: int = 20, max_replays: int = 400,
+                 shape: Shape = DEFAULT_SHAPE, batch_examples: int = 20, max_replays: int | None = None,
                  progress: Callable[[str], None] | None = None, fixed: dict[str, Any] | None = None
                  ) -> CampaignResult:
     """Run seeded batches until a property breaks or the budget is spent; then
-    shrink the failure (at most `max_replays` replays) and write it. `fixed` pins
-    config fields beyond those the system pins."""
+    shrink the failure and write it. The budget covers both: shrinking stops at
+    the budget or after DEFAULT_REPLAYS replays. With `max_replays`, shrinking makes
+    exactly that many replays at most, whatever the time (so a file is reproduced
+    byte for byte). `fixed` pins config fields beyond those the system pins."""
     out.mkdir(parents=True, exist_ok=True)
     stats = Stats()
     pinned = {**(fixed or {}), **capabilities_of(factory).pinned}
@@ -94,6 +99,7 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
     database = open_database(db, out)
     start = time.monotonic()
     result = CampaignResult(seed_value, 0.0, stats)
+    stats.deadline = start + budget_seconds
     if progress:   # a line within TICK seconds, then about every TICK seconds
         stats.ticker = lambda: progress(progress_line(time.monotonic() - start, stats))
         stats.next_tick = start + Stats.TICK
@@ -111,7 +117,8 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
     if result.violation is not None and result.interrupted is None:
         try:
             with StopRequest.deferred():
-                finalise(result, out, factory, check_mode, max_replays, progress)
+                deadline = None if max_replays is not None else start + budget_seconds
+                finalise(result, out, factory, check_mode, max_replays or DEFAULT_REPLAYS, deadline, progress)
         except KeyboardInterrupt as exc:   # the unshrunk file the machine wrote stays
             result.interrupted = exit_code(exc)
             result.counterexample = counterexample_path(out, result.violation.prop)
@@ -139,6 +146,8 @@ def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budge
         try:
             seeded()
             StopRequest.check()
+        except BudgetSpent:
+            return
         except Violation as v:
             result.violation = v
         except Exception as exc:  # noqa: BLE001 - Hypothesis may wrap or group failures
@@ -152,16 +161,22 @@ def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budge
 
 
 def finalise(result: CampaignResult, out: Path, factory: SutFactory, check_mode: str, max_replays: int,
-             progress: Callable[[str], None] | None) -> None:
+             deadline: float | None, progress: Callable[[str], None] | None) -> None:
     """Shrink the recorded failure and rewrite it with a fresh trace."""
     assert result.violation is not None
     recorded = load_workload(counterexample_path(out, result.violation.prop))
     if progress:
         progress(f"shrinking a {result.violation.prop} counterexample of {len(recorded.requests)} requests ...")
     try:
-        small, run = shrink(recorded, result.violation.prop, factory, lambda: checks_for(check_mode), max_replays)
+        shrunk = shrink(recorded, result.violation.prop, factory, lambda: checks_for(check_mode), max_replays,
+                        deadline, progress)
+        small, run = shrunk.workload, shrunk.run
         assert run.violation is not None
         result.violation = run.violation
+        result.shrink_replays = shrunk.replays
+        if shrunk.cut:
+            result.notes.append(f"shrinking stopped at the budget after {shrunk.replays} replays "
+                                f"({len(small.requests)} requests)")
     except ValueError:
         result.notes.append("the recorded workload does not reproduce on replay; kept unshrunk")
         small, run = recorded, run_workload(recorded, factory, checks_for(check_mode))

@@ -43,6 +43,7 @@ class Stats:
     first_failure_at: float | None = None
     ticker: Callable[[], None] | None = None   # called about every TICK seconds of stepping
     next_tick: float = 0.0
+    deadline: float | None = None   # time.monotonic() after which no new action starts (until a failure)
     preempted: set[str] = field(default_factory=set)         # requests preempted and not back yet
     ever_preempted: set[str] = field(default_factory=set)
 
@@ -89,6 +90,11 @@ class Stats:
             self.branches[name] += 1
         for name in self.rare_branches(events):
             self.branches[name] += 1
+
+
+class BudgetSpent(BaseException):
+    """The campaign's budget ran out in the middle of an example: not a failure (a
+    BaseException, so Hypothesis neither records nor replays it)."""
 
 
 LAST_FAILURE = "last-failure.json"   # the first failure's property and message, as soon as it is found
@@ -141,8 +147,12 @@ class LoopcheckMachine(RuleBasedStateMachine):
     def guarded(self, action, *args) -> None:
         """Run a driver action; on the first violation write the counterexample (the
         final, shrunk failure overwrites earlier ones) and fail the test case. A stop
-        request (Ctrl-C, SIGTERM) that Hypothesis swallowed is raised again here."""
+        request (Ctrl-C, SIGTERM) that Hypothesis swallowed is raised again here;
+        past the budget (before any failure), BudgetSpent ends the example."""
         StopRequest.check()
+        stats = type(self).stats
+        if stats.deadline is not None and stats.first_failure_at is None and time.monotonic() >= stats.deadline:
+            raise BudgetSpent
         try:
             action(*args)
         except Violation as v:

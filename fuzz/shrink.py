@@ -1,13 +1,15 @@
 """Shrinking a failing recorded workload directly: drop requests, then drop
 aborts, shorten prompts and max_tokens, and move arrivals earlier, keeping each
 change only if replaying still breaks the same property. Bounded by work (a
-number of replays), never by wall-clock time, so the result is the same on any
-machine under any load."""
+number of replays): the result after n replays is the same on any machine under
+any load. A deadline, where given, may stop it earlier; the result says after how
+many replays, so that the same bound reproduces it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from checks.base import Check
 from model.errors import StopRequest
@@ -57,16 +59,30 @@ def _candidates(w: Workload) -> Iterator[Workload]:
             yield _with(w, i, _shifted(r, -1))
 
 
+@dataclass
+class Shrunk:
+    """A shrink's outcome: the smallest workload found, its run, the replays made,
+    and whether the deadline (not the work bound or a fixpoint) ended it."""
+
+    workload: Workload
+    run: Run
+    replays: int
+    cut: bool
+
+
 def shrink(w: Workload, prop: str, factory: SutFactory, checks: Callable[[], list[Check]],
-           max_replays: int = 400) -> tuple[Workload, Run]:
-    """The smallest workload found within `max_replays` replays that still
-    violates `prop`, and its run (violation and trace); ValueError if `w` itself
-    does not."""
+           max_replays: int = 400, deadline: float | None = None,
+           progress: Callable[[str], None] | None = None, tick: float = 2.0) -> Shrunk:
+    """The smallest workload found within `max_replays` replays (and before the
+    `deadline`, a time.monotonic() value, if any) that still violates `prop`;
+    ValueError if `w` itself does not. `progress` gets a line about every `tick`
+    seconds."""
     best = run_workload(w, factory, checks())
     if best.violation is None or best.violation.prop != prop:
         raise ValueError(f"the workload does not reproduce {prop!r}")
     replays = 0
     improved = True
+    next_tick = time.monotonic() + tick
     while improved and replays < max_replays:
         improved = False
         for cand in _candidates(w):
@@ -74,10 +90,15 @@ def shrink(w: Workload, prop: str, factory: SutFactory, checks: Callable[[], lis
                 continue
             if replays >= max_replays:
                 break
+            if deadline is not None and time.monotonic() >= deadline:
+                return Shrunk(w, best, replays, cut=True)
+            if progress and time.monotonic() >= next_tick:
+                progress(f"shrinking: {replays} replays, {len(w.requests)} requests")
+                next_tick = time.monotonic() + tick
             replays += 1
             StopRequest.check()
             run = run_workload(cand, factory, checks())
             if run.violation is not None and run.violation.prop == prop:
                 w, best, improved = cand, run, True
                 break
-    return w, best
+    return Shrunk(w, best, replays, cut=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 from fuzz.campaign import BRANCHES, CampaignResult, main_progress, run_campaign
 from fuzz.strategies import Shape
 from loopcheck.options import add_adapter, add_check_mode, check_mode_of
-from loopcheck.report import banner, reproduce_line
+from loopcheck.report import banner, command_line, reproduce_line
 from sut.loader import capabilities_of, load_factory
 
 
@@ -23,7 +23,11 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", choices=("unguarded", "guarded"), default="guarded",
                    help="config.preemption_policy of the drawn configs")
     p.add_argument("--budget-seconds", type=float, default=60.0,
-                   help="stop generating after this long (default 60); shrinking a failure comes after")
+                   help="the whole campaign's time, shrinking a failure included (default 60)")
+    p.add_argument("--shrink-replays", type=int, metavar="N",
+                   help="shrink with exactly this work bound (replays), whatever the time; default: until the "
+                        "budget is spent or 400 replays. A counterexample's reproduce line gives the value that "
+                        "reproduces its file byte for byte")
     p.add_argument("--seed", type=int, help="default: a fresh random seed (printed)")
     p.add_argument("--out", default="loopcheck-fuzz", help="example database and counterexamples")
     p.add_argument("--workers", type=int, default=1, help="parallel campaigns with seeds derived from --seed")
@@ -37,19 +41,31 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def _worker(job: tuple) -> CampaignResult:
-    adapter, check, policy, budget, seed_value, out, mode, db, shape, label = job
+    adapter, check, policy, budget, seed_value, out, mode, db, shape, replays, label = job
 
     def progress(line: str) -> None:
         main_progress(f"{label}{line}")
 
     return run_campaign(policy, budget, seed_value, Path(out), mode, db, load_factory(adapter), check,
-                        Shape.parse(shape), progress=progress if label is not None else None)
+                        Shape.parse(shape), max_replays=replays, progress=progress if label is not None else None)
+
+
+def with_replays(argv: list[str], replays: int) -> list[str]:
+    """The command line with `--shrink-replays` set to `replays`."""
+    if "--shrink-replays" in argv:
+        at = argv.index("--shrink-replays")
+        return argv[:at] + argv[at + 2:] + ["--shrink-replays", str(replays)]
+    return argv + ["--shrink-replays", str(replays)]
 
 
 def run(args: argparse.Namespace) -> int:
     """Fuzz a system with its property (and lockstep) checks (exit 1 on a counterexample)."""
     if not (math.isfinite(args.budget_seconds) and args.budget_seconds > 0) or args.workers < 1:
         print("loopcheck fuzz: error: --budget-seconds must be a finite number > 0 and --workers >= 1",
+              file=sys.stderr)
+        return 2
+    if args.shrink_replays is not None and not 0 <= args.shrink_replays <= 100_000:
+        print(f"loopcheck fuzz: error: --shrink-replays must be in [0, 100000], got {args.shrink_replays}",
               file=sys.stderr)
         return 2
     shape = Shape.parse(args.shape)
@@ -62,10 +78,12 @@ def run(args: argparse.Namespace) -> int:
             "--workers", str(args.workers), "--shape", str(shape)]
     argv += ["--db", args.db] if args.db else []
     argv += ["--json"] if args.json else []
+    argv += ["--shrink-replays", str(args.shrink_replays)] if args.shrink_replays is not None else []
     banner(seed_value, argv, sys.stderr)
     jobs = [(args.adapter, check, args.policy, args.budget_seconds, seed_value + 100_003 * w,
              str(Path(args.out) / f"w{w}"), configs, args.db or str(Path(args.out) / "db"), str(shape),
-             None if args.json else (f"w{w} " if args.workers > 1 else "")) for w in range(args.workers)]
+             args.shrink_replays, None if args.json else (f"w{w} " if args.workers > 1 else ""))
+            for w in range(args.workers)]
     if args.workers == 1:
         results = [_worker(jobs[0])]
     else:
@@ -85,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
         "branches_covered": sorted({b for r in results for b in BRANCHES if r.stats.branches[b]}),
         "counterexamples": [{"property": r.violation.prop, "message": r.violation.message,
                              "file": str(r.counterexample), "requests": r.requests,
-                             "time_to_failure": r.time_to_failure, "notes": r.notes} for r in failed],
+                             "time_to_failure": r.time_to_failure, "notes": r.notes,
+                             "shrink_replays": r.shrink_replays,
+                             "reproduce": command_line(with_replays(argv, r.shrink_replays))} for r in failed],
         "interrupted": any(r.interrupted is not None for r in results),
     }
     if args.json:
@@ -97,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
             found = f"found after {c['time_to_failure']:.1f}s" if c["time_to_failure"] is not None else "found"
             shrunk = f"shrunk to {c['requests']} requests" if not c["notes"] else "; ".join(c["notes"])
             print(f"COUNTEREXAMPLE {c['property']}: {c['message']}\n  {found}, {shrunk}: {c['file']}\n"
-                  f"  replay: loopcheck replay {c['file']} --adapter {args.adapter} --check {check}")
+                  f"  replay: loopcheck replay {c['file']} --adapter {args.adapter} --check {check}\n"
+                  f"  this file again, byte for byte: {c['reproduce']}")
     interrupted = [r.interrupted for r in results if r.interrupted is not None]
     if not failed and not args.json:
         spent = (f"in the {max(r.seconds for r in results):.1f}s before the interrupt" if interrupted

@@ -16,8 +16,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+def command_line(argv: Sequence[str]) -> str:
+    return "loopcheck " + " ".join(shlex.quote(a) for a in argv)
+
+
 def reproduce_line(argv: Sequence[str]) -> str:
-    return "reproduce: loopcheck " + " ".join(shlex.quote(a) for a in argv)
+    return "reproduce: " + command_line(argv)
 
 
 LAST_REPRODUCE: list[str] = []   # the reproduce line of the running command, for interrupts

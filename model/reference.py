@@ -7,7 +7,8 @@ here once, readably. The engine's scheduler is an independent rendition.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from bisect import bisect_left, insort
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Protocol
@@ -61,6 +62,63 @@ class Plan:
     restored: int        # positions restored from a CPU snapshot
 
 
+LIVE = (WAITING, RUNNING, PREEMPTED)
+
+
+@dataclass(frozen=True)
+class Index:
+    """Lookups derived from a state's statuses and its workload's requests, so that
+    a step costs time in the requests it touches, not in all requests.
+
+    live: schedulable requests (waiting, running, preempted) in priority order.
+    running, preempted: those among them.
+    pending: requests not yet arrived, by (arrival, index).
+    touched: requests named by the events of the step that made `reqs`: no other
+    request's status or pages changed in that step (for an index built afresh,
+    every request).
+    """
+
+    specs: tuple[RequestSpec, ...]
+    reqs: tuple[ReqState, ...]
+    live: tuple[int, ...]
+    running: frozenset[int]
+    preempted: frozenset[int]
+    pending: tuple[int, ...]
+    touched: tuple[int, ...]
+
+    @staticmethod
+    def build(specs: tuple[RequestSpec, ...], reqs: tuple[ReqState, ...]) -> Index:
+        live = sorted((i for i, r in enumerate(reqs) if r.status in LIVE), key=lambda i: specs[i].key)
+        pending = sorted((i for i, r in enumerate(reqs) if r.status == PENDING), key=lambda i: (specs[i].arrival, i))
+        running = frozenset(i for i in live if reqs[i].status == RUNNING)
+        preempted = frozenset(i for i in live if reqs[i].status == PREEMPTED)
+        return Index(specs, reqs, tuple(live), running, preempted, tuple(pending), tuple(range(len(reqs))))
+
+    def extends(self, specs: tuple[RequestSpec, ...], reqs: tuple[ReqState, ...]) -> bool:
+        """`specs` and `reqs` are these, plus requests appended since and still pending."""
+        n = len(self.reqs)
+        return (len(specs) == len(reqs) >= n and (specs is self.specs or specs[:n] == self.specs)
+                and (reqs is self.reqs or reqs[:n] == self.reqs)
+                and all(r.status == PENDING for r in reqs[n:]))
+
+
+_last_index: Index | None = None   # the index of the last state a step returned (a cache only)
+
+
+def index_of(specs: tuple[RequestSpec, ...], reqs: tuple[ReqState, ...]) -> Index:
+    """The Index of (specs, reqs): the one the last step left, extended with the
+    requests appended since, or built afresh."""
+    last = _last_index
+    if last is None or not last.extends(specs, reqs):
+        return Index.build(specs, reqs)
+    if len(reqs) == len(last.reqs):
+        return last
+    pending = list(last.pending)
+    for i in range(len(last.reqs), len(reqs)):
+        insort(pending, i, key=lambda j: (specs[j].arrival, j))
+    return Index(specs, reqs, last.live, last.running, last.preempted, tuple(pending), last.touched)
+
+
 class _Step:
     """Mutable working copy of one step; `run` returns the next frozen state."""
 
@@ -71,19 +129,27 @@ class _Step:
         self.reqs = list(state.reqs)
         self.free = state.free
         self.cache = dict(state.cache)  # insertion order is eviction order
+        self.cache_only = sum(1 for h in self.cache.values() if h == 0)
         self.guard = set(state.guard)
         self.t = state.step
         self.events: list[Event] = []
         self.batch: dict[int, tuple[str, int, int]] = {}  # i -> (kind, start, end)
         self.budget = self.cfg.max_num_batched_tokens
         self.stage: str | None = None
-        self.running_now = {i for i, r in enumerate(self.reqs) if r.status == RUNNING}
-        # Requests skipped so far in this pass, with the number of fresh admissions
-        # made before each was skipped: each later fresh admission is one bypass of it
-        # (added to its record when the step ends, see `settle_bypasses`).
-        self.skipped: list[tuple[int, int]] = []
+        index = index_of(self.specs, state.reqs)
+        self.order = list(index.live)           # schedulable requests, priority order
+        self.pending = list(index.pending)
+        self.touched: set[int] = set()          # requests named by this step's events
+        self.running_now = set(index.running)
+        self.preempted_now = set(index.preempted)
+        # Requests skipped so far in this pass, in groups, each with the number of
+        # fresh admissions made before it was skipped: each later fresh admission is
+        # one bypass of it (added to its record when the step ends, see
+        # `settle_bypasses`).
+        self.skipped: list[tuple[Sequence[int], int]] = []
         self.fresh_admissions = 0
         self.blocked_from = float("inf")   # fresh_admissions at which a skipped request hits max_bypasses
+        self.blocked_known = 0             # skip groups folded into blocked_from so far
 
     # ----- pool -----------------------------------------------------------------
     @property
@@ -91,10 +157,11 @@ class _Step:
         return self.cfg.planes
 
     def free_count(self) -> int:
-        return self.free + self.planes * sum(1 for h in self.cache.values() if h == 0)
+        return self.free + self.planes * self.cache_only
 
     def emit(self, kind: str, i: int, *args: object) -> None:
         self.events.append(Event(kind, self.specs[i].rid, tuple(args)))
+        self.touched.add(i)
 
     def release(self, i: int) -> None:
         """Drop every page request i holds; shared pages lose one holder."""
@@ -105,6 +172,7 @@ class _Step:
                 self.cache[page] -= 1
                 if self.cache[page] == 0:  # becomes cache-only: move to eviction tail
                     self.cache[page] = self.cache.pop(page)
+                    self.cache_only += 1
         self.reqs[i] = replace(self.reqs[i], pages=())
 
     def take_private(self, n: int) -> None:
@@ -114,6 +182,7 @@ class _Step:
         while self.free < need:
             victim = next(h for h, holders in self.cache.items() if holders == 0)
             del self.cache[victim]
+            self.cache_only -= 1
             self.free += self.planes
         self.free -= need
 
@@ -124,10 +193,12 @@ class _Step:
     def set_status(self, i: int, r: ReqState) -> None:
         """Replace request i's record, keeping the set of running requests in step."""
         self.reqs[i] = r
+        self.running_now.discard(i)
+        self.preempted_now.discard(i)
         if r.status == RUNNING:
             self.running_now.add(i)
-        else:
-            self.running_now.discard(i)
+        elif r.status == PREEMPTED:
+            self.preempted_now.add(i)
 
     def prompt_len(self, i: int) -> int:
         return len(self.specs[i].prompt)
@@ -173,10 +244,13 @@ class _Step:
         return Plan(hits, frontier, r.generated, end, tokens, pages,
                     max(0, written - hits * bs))
 
+    def slots_full(self) -> bool:
+        return len(self.running_now) >= self.cfg.max_num_seqs
+
     def fits(self, i: int, plan: Plan, active: bool) -> bool:
         """Slots, and blocks: free - cache-only pages the hits reuse - watermark
         (while active) must cover the private pages."""
-        if len(self.running_now) >= self.cfg.max_num_seqs:
+        if self.slots_full():
             return False
         hit_cache_only = sum(1 for k in range(plan.hits)
                              if self.cache.get(self.prompt_hash(i, k)) == 0)
@@ -204,7 +278,12 @@ class _Step:
             self.set_status(v, replace(self.reqs[v], status=PREEMPTED, frontier=0, chunk_end=0, generated=0))
         self.emit("preempt", v, self.specs[by].rid, self.cfg.snapshots)
 
+    def key_of(self, i: int) -> tuple[int, int, str]:
+        return self.specs[i].key
+
     def finish(self, i: int, reason: str) -> None:
+        """Finish a schedulable request (it leaves the priority order)."""
+        del self.order[bisect_left(self.order, self.key_of(i), key=self.key_of)]
         self.release(i)
         self.set_status(i, replace(self.reqs[i], status=FINISHED, finish=reason,
                                    chunk_end=self.reqs[i].frontier, chunk_depth=0))
@@ -212,18 +291,23 @@ class _Step:
 
     # ----- phases -----------------------------------------------------------------
     def arrivals_and_aborts(self) -> None:
-        for i, spec in enumerate(self.specs):
-            if self.reqs[i].status == PENDING and spec.arrival <= self.t:
-                self.emit("arrive", i)
-                if never_fits(spec, self.cfg):
-                    need = total_pages(spec, self.cfg) * self.planes
-                    self.emit("reject", i, f"needs {need} blocks, pool has {self.cfg.num_blocks}")
-                    self.reqs[i] = replace(self.reqs[i], status=FINISHED, finish="rejected")
-                    self.emit("finish", i, "rejected")
-                else:
-                    self.reqs[i] = replace(self.reqs[i], status=WAITING)
+        due = 0
+        while due < len(self.pending) and self.specs[self.pending[due]].arrival <= self.t:
+            due += 1
+        arrived, self.pending = sorted(self.pending[:due]), self.pending[due:]
+        for i in arrived:
+            spec = self.specs[i]
+            self.emit("arrive", i)
+            if never_fits(spec, self.cfg):
+                need = total_pages(spec, self.cfg) * self.planes
+                self.emit("reject", i, f"needs {need} blocks, pool has {self.cfg.num_blocks}")
+                self.reqs[i] = replace(self.reqs[i], status=FINISHED, finish="rejected")
+                self.emit("finish", i, "rejected")
+            else:
+                self.reqs[i] = replace(self.reqs[i], status=WAITING)
+                insort(self.order, i, key=self.key_of)
         aborts = self.env.aborts(self.t)
-        aborted = [i for i, spec in enumerate(self.specs) if spec.rid in aborts] if aborts else []
+        aborted = [i for i in self.order if self.specs[i].rid in aborts] if aborts else []
         for i in sorted(aborted, key=lambda j: (self.specs[j].arrival, j)):
             if self.reqs[i].status not in (PENDING, FINISHED):
                 self.emit("abort", i)
@@ -267,27 +351,34 @@ class _Step:
 
     def bypass_blocked(self) -> bool:
         """Some request skipped earlier in this pass has been bypassed max_bypasses times."""
+        for group, before in self.skipped[self.blocked_known:]:
+            fewest_left = self.cfg.max_bypasses - max(self.reqs[j].bypasses for j in group)
+            self.blocked_from = min(self.blocked_from, fewest_left + before)
+        self.blocked_known = len(self.skipped)
         return self.fresh_admissions >= self.blocked_from
 
-    def skip(self, i: int) -> None:
-        self.skipped.append((i, self.fresh_admissions))
-        limit = self.cfg.max_bypasses - self.reqs[i].bypasses + self.fresh_admissions
-        self.blocked_from = min(self.blocked_from, limit)
+    def skip(self, group: Sequence[int]) -> None:
+        """Skip these waiting or preempted requests (one, or a run of the order)."""
+        if group:
+            self.skipped.append((group, self.fresh_admissions))
 
     def settle_bypasses(self) -> None:
         """Each skipped request was bypassed by every fresh admission after its skip."""
-        for j, before in self.skipped:
+        for group, before in self.skipped:
             if self.fresh_admissions > before:
-                self.reqs[j] = replace(self.reqs[j], bypasses=self.reqs[j].bypasses + self.fresh_admissions - before)
+                for j in group:
+                    bypasses = self.reqs[j].bypasses + self.fresh_admissions - before
+                    self.reqs[j] = replace(self.reqs[j], bypasses=bypasses)
 
     def choose_victim(self, i: int, active: bool) -> int | None:
         """Priority preemption for waiting request i: None means do not preempt."""
         urgency = self.specs[i].priority
-        cands = self.victims(lambda s: s.priority > urgency)
-        if self.cfg.preemption_policy == "unguarded":
-            return cands[0] if cands else None
-        if (i, self.free_count()) in self.guard:
+        guarded = self.cfg.preemption_policy == "guarded"
+        if guarded and (i, self.free_count()) in self.guard:
             return None
+        cands = self.victims(lambda s: s.priority > urgency)
+        if not guarded:
+            return cands[0] if cands else None
         running = frozenset(self.running())
         for v in cands:
             if self.preflight(i, v, running - {v}, active):
@@ -297,12 +388,13 @@ class _Step:
     def preflight(self, i: int, v: int, others: frozenset[int], active: bool) -> bool:
         """Guarded check: would i fit once v is preempted, counting prefix pages that
         other running requests are still prefilling as hits (optimistic)?"""
-        saved = (list(self.reqs), self.free, dict(self.cache), set(self.running_now))
+        saved = (self.reqs[v], self.free, dict(self.cache), self.cache_only)
         self.set_status(v, replace(self.reqs[v], status=PREEMPTED))
         self.release(v)
         plan = self.plan(i, pending_from=others)
         ok = plan is not None and self.fits(i, plan, active)
-        self.reqs, self.free, self.cache, self.running_now = saved
+        self.set_status(v, saved[0])
+        self.free, self.cache, self.cache_only = saved[1:]
         return ok
 
     def schedule_waiting(self, i: int, active: bool) -> None:
@@ -310,7 +402,7 @@ class _Step:
         plan = self.plan(i)
         if (plan is None or not self.stage_allows(self.kind_of(i, plan))
                 or (fresh and self.bypass_blocked())):
-            self.skip(i)
+            self.skip((i,))
             return
         admitted = self.fits(i, plan, active)
         if not admitted and self.cfg.priority_preemption:
@@ -323,7 +415,7 @@ class _Step:
                 if not admitted and self.cfg.preemption_policy == "guarded":
                     self.guard.add((i, budget))
         if not admitted:
-            self.skip(i)
+            self.skip((i,))
             return
         assert plan is not None
         self.admit(i, plan, fresh)
@@ -332,6 +424,7 @@ class _Step:
         hashes = []
         for k in range(plan.hits):
             h = self.prompt_hash(i, k)
+            self.cache_only -= self.cache[h] == 0
             self.cache[h] += 1
             hashes.append(h)
         self.take_private(plan.pages - plan.hits)
@@ -354,16 +447,45 @@ class _Step:
         return "decode" if plan.frontier >= self.prompt_len(i) else "prefill"
 
     def schedule(self) -> None:
-        active = bool(self.running())
-        order = sorted((i for i, r in enumerate(self.reqs)
-                        if r.status in (WAITING, RUNNING, PREEMPTED)),
-                       key=lambda i: self.specs[i].key)
-        for i in order:
+        active = bool(self.running_now)
+        order, pos = self.order, 0
+        while pos < len(order) and self.budget > 0:   # no budget: nothing more can enter the batch
+            i = order[pos]
             status = self.reqs[i].status
+            end = None
             if status == RUNNING:
                 self.schedule_running(i)
-            elif status in (WAITING, PREEMPTED):
+            elif self.idle_until(i):
+                end = self.next_position(i, self.running_now)
+            elif status == WAITING and self.bypass_blocked():  # only resumptions can follow
+                end = self.next_position(i, self.running_now, self.preempted_now)
+            else:
                 self.schedule_waiting(i, active)
+            if end is None:
+                pos += 1
+            else:   # i, and every request up to `end`, can only be skipped
+                self.skip(order[pos:end])
+                pos = end
+
+    def idle_until(self, i: int) -> bool:
+        """Waiting request i, and every waiting request after it up to the next
+        running one, can only be skipped: no slot is free and no running request
+        outside the batch is less urgent than i (so none could be preempted)."""
+        if not self.slots_full():
+            return False
+        if not self.cfg.priority_preemption:
+            return True
+        urgency = self.specs[i].priority
+        return not any(self.specs[j].priority > urgency for j in self.running_now if j not in self.batch)
+
+    def next_position(self, i: int, *among: set[int]) -> int:
+        """Position in the order of the first request after i that is in one of
+        `among` (or the end)."""
+        later = [j for group in among for j in group if self.key_of(j) > self.key_of(i)]
+        if not later:
+            return len(self.order)
+        first = min(later, key=self.key_of)
+        return bisect_left(self.order, self.key_of(first), key=self.key_of)
 
     def execute(self) -> None:
         L, P_of = self.cfg.num_loops, self.prompt_len
@@ -411,8 +533,12 @@ class _Step:
         self.schedule()
         self.settle_bypasses()
         self.execute()
-        state = SchedState(self.t + 1, tuple(self.reqs), self.free,
-                           tuple(self.cache.items()), frozenset(self.guard))
+        reqs = tuple(self.reqs)
+        state = SchedState(self.t + 1, reqs, self.free, tuple(self.cache.items()), frozenset(self.guard))
+        global _last_index
+        _last_index = Index(self.specs, reqs, tuple(self.order), frozenset(self.running_now),
+                            frozenset(self.preempted_now), tuple(self.pending),
+                            tuple(sorted(self.touched)))
         return state, self.events
 
 

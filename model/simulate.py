@@ -26,7 +26,9 @@ class WorkloadEnv:
         self._workload: Workload | None = workload
         self._config = workload.config
         self._specs = {r.rid: r for r in workload.requests}
-        self._extra_aborts: dict[int, set[str]] = {}
+        self._aborts_at: dict[int, set[str]] = {}   # step -> requests aborted then (abort_at and abort_now)
+        for r in workload.requests:
+            self._note_abort(r)
         self._fed: dict[tuple[str, int], TokenOutcome] | None = None
 
     @property
@@ -40,17 +42,21 @@ class WorkloadEnv:
         """Append one request to the workload (its id must be new)."""
         self._specs[spec.rid] = spec
         self._workload = None
+        self._note_abort(spec)
+
+    def _note_abort(self, spec: RequestSpec) -> None:
+        if spec.abort_at is not None:
+            self.abort_now(spec.rid, spec.abort_at)
 
     def abort_now(self, rid: str, step: int) -> None:
-        self._extra_aborts.setdefault(step, set()).add(rid)
+        self._aborts_at.setdefault(step, set()).add(rid)
 
     def feed(self, events: list[Event]) -> None:
         """Take this step's token outcomes from another system's events."""
         self._fed = {(e.rid, e.args[0]): TokenOutcome(e.args[1], e.args[2]) for e in events if e.kind == "token"}
 
     def aborts(self, step: int) -> frozenset[str]:
-        due = frozenset(r.rid for r in self.workload.requests if r.abort_at == step)
-        return due | self._extra_aborts.get(step, set())
+        return frozenset(self._aborts_at.get(step, ()))
 
     def outcome(self, rid: str, index: int) -> TokenOutcome:
         if self._fed is not None:

@@ -58,7 +58,9 @@ def initial_state(num_blocks: int, num_requests: int) -> SchedState:
     return SchedState(step=0, reqs=(ReqState(),) * num_requests, free=num_blocks)
 
 
-def add_request(state: SchedState) -> SchedState:
-    """The state after one more (pending) request was appended to the workload."""
-    return SchedState(state.step, state.reqs + (ReqState(),), state.free, state.cache,
+def with_requests(state: SchedState, n: int) -> SchedState:
+    """The state after pending requests were appended to the workload, up to n in all."""
+    if len(state.reqs) >= n:
+        return state
+    return SchedState(state.step, state.reqs + (ReqState(),) * (n - len(state.reqs)), state.free, state.cache,
                       state.guard)

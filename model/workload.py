@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,11 @@ class RequestSpec:
     abort_at: int | None = None
     script_tokens: tuple[int, ...] = ()
     script_exit_depths: tuple[int, ...] = ()
+
+    def submitted_at(self, step: int) -> RequestSpec:
+        """This request as submitted to a live system at `step`: it arrives then, and
+        any abort is the submitter's own later input."""
+        return self if self.arrival == step and self.abort_at is None else replace(self, arrival=step, abort_at=None)
 
     @property
     def key(self) -> tuple[int, int, str]:
@@ -131,6 +136,8 @@ class Workload:
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        if len({req.rid for req in self.requests}) == len(self.requests):
+            return
         seen: set[str] = set()
         for i, req in enumerate(self.requests):
             if req.rid in seen:
@@ -155,16 +162,25 @@ class Workload:
         return Workload(Config(**data), self.requests, dict(self.extra))
 
 
-def submit_due(requests: tuple[RequestSpec, ...] | list[RequestSpec], t: int,
-               add: Callable[[RequestSpec], object], abort: Callable[[str], object]) -> None:
-    """Hand a driver the requests that arrive at step t, then the aborts due at t,
-    each in workload order: how a recorded workload is replayed on an engine."""
-    for spec in requests:
-        if spec.arrival == t:
+class InputSchedule:
+    """A recorded workload's inputs by step: how it is replayed on an engine. At
+    each step, the requests that arrive then, then the aborts due then, each in
+    workload order."""
+
+    def __init__(self, requests: tuple[RequestSpec, ...] | list[RequestSpec]) -> None:
+        self.arrivals: dict[int, list[RequestSpec]] = {}
+        self.aborts: dict[int, list[str]] = {}
+        for spec in requests:
+            self.arrivals.setdefault(spec.arrival, []).append(spec)
+            if spec.abort_at is not None:
+                self.aborts.setdefault(spec.abort_at, []).append(spec.rid)
+
+    def submit_due(self, t: int, add: Callable[[RequestSpec], object], abort: Callable[[str], object]) -> None:
+        """Hand a driver the inputs of step t."""
+        for spec in self.arrivals.get(t, ()):
             add(spec)
-    for spec in requests:
-        if spec.abort_at == t:
-            abort(spec.rid)
+        for rid in self.aborts.get(t, ()):
+            abort(rid)
 
 
 def workload_from_json(data: Any) -> Workload:

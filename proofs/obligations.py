@@ -15,10 +15,10 @@ from model.config import Config
 from model.workload import Workload
 from proofs.binding import bind
 from proofs.bmc import modes_of, supported
-from proofs.drain import across_modes, drain, preemption_pairs
+from proofs.drain import across_modes, drain, expected_status, preemption_pairs
 from proofs.lasso import lasso_search
 from proofs.obligations_kv import admission_atomic, futility, kv_conservation, preflight_soundness
-from proofs.result import AGREES, COUNTEREXAMPLE, DISAGREES, PROVED, UNKNOWN, ProofResult
+from proofs.result import AGREES, DISAGREES, PROVED, UNKNOWN, ProofResult
 
 Thunk = Callable[[], tuple[ProofResult, Workload | None]]
 
@@ -63,8 +63,7 @@ def config_drain(cfg: Config, K: int) -> ProofResult:
     policy = cfg.preemption_policy if cfg.priority_preemption else "no preemption"
     why = supported(cfg)
     if why:
-        expected = COUNTEREXAMPLE if policy == "unguarded" else PROVED
-        return ProofResult("drain (this config)", policy, UNKNOWN, 0.0, expected,
+        return ProofResult("drain (this config)", policy, UNKNOWN, 0.0, expected_status(policy, K),
                            detail=f"outside the proved class: {why}")
     result = drain(K, modes)
     result.name = "drain (this config)"

@@ -18,7 +18,7 @@ from model.config import Config
 from model.errors import WorkloadError
 from model.events import Event
 from model.simulate import Counters
-from model.workload import RequestSpec, Workload, submit_due
+from model.workload import InputSchedule, RequestSpec, Workload
 from sut.protocol import (
     Observation,
     ProtocolError,
@@ -92,7 +92,7 @@ class Driver:
     def add(self, spec: RequestSpec) -> None:
         """Submit a request; it arrives at this step."""
         self.raise_failure()
-        spec = replace(spec, arrival=self.t, abort_at=None)
+        spec = spec.submitted_at(self.t)
         if spec.rid in self.view.requests:
             raise WorkloadError(f"request {spec.rid!r}: duplicate request id")
         self._call("add", lambda: self.sut.add(spec))
@@ -133,7 +133,7 @@ class Driver:
 
     def drained(self) -> bool:
         """Every submitted request finished, by the events and by the SUT's own word."""
-        return not self.view.unfinished() and not self.obs.unfinished
+        return not self.view.open and not self.obs.unfinished
 
     def default_cap(self) -> int:
         """A work-based step cap: the last input, then four steps per unit of work."""
@@ -213,11 +213,12 @@ def run_workload(workload: Workload, factory: SutFactory, checks: Sequence[Check
     driver = Driver(factory, workload.config, checks, on_step)
     last = max((max(s.arrival, s.abort_at or 0) for s in workload.requests), default=0)
     driver.inputs_until = last
+    inputs = InputSchedule(workload.requests)
     try:
         for t in range(last + 1):
             if max_steps is not None and t >= max_steps:
                 break
-            submit_due(workload.requests, t, driver.add, driver.abort)
+            inputs.submit_due(t, driver.add, driver.abort)
             driver.step()
         if checks:
             driver.finish(max_steps)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from model.config import Config
 from model.events import Event, RequestOutput
 from model.invariants import state_violations
-from model.reference import step
+from model.reference import index_of, step
 from model.simulate import WorkloadEnv, fold_outputs
-from model.state import FINISHED, SchedState, add_request, initial_state
+from model.state import SchedState, initial_state, with_requests
 from model.workload import RequestSpec, Workload
 from sut.protocol import Capabilities, Observation
 
@@ -27,29 +25,36 @@ class ModelSUT:
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
                                          semantics="loopcheck")
         self.env = WorkloadEnv(Workload(cfg, ()))
-        self.state: SchedState = initial_state(cfg.num_blocks, 0)
+        self._state: SchedState = initial_state(cfg.num_blocks, 0)
         self.outputs: dict[str, RequestOutput] = {}
 
     def add(self, spec: RequestSpec) -> None:
-        spec = replace(spec, arrival=self.state.step, abort_at=None)
+        spec = spec.submitted_at(self._state.step)
         self.env.submit(spec)
-        self.state = add_request(self.state)
         self.outputs[spec.rid] = RequestOutput(spec.rid, [], [], None)
 
     def abort(self, rid: str) -> None:
-        self.env.abort_now(rid, self.state.step)
+        self.env.abort_now(rid, self._state.step)
+
+    @property
+    def state(self) -> SchedState:
+        """The model's state, with a pending record for every request submitted."""
+        self._state = with_requests(self._state, len(self.env.workload.requests))
+        return self._state
 
     def feed(self, events: list[Event]) -> None:
         self.env.feed(events)
 
     def step(self) -> list[Event]:
-        self.state, events = step(self.state, self.env)
+        self._state, events = step(self.state, self.env)
         fold_outputs(self.outputs, events)
         return events
 
     def observe(self) -> Observation:
         s, cfg = self.state, self.cfg
+        index = index_of(self.env.workload.requests, s.reqs)
         return Observation(blocks_held=s.blocks_held(cfg.num_blocks, cfg.planes),
-                           kv_errors=state_violations(s, cfg), outputs=self.outputs,
-                           unfinished=any(r.status != FINISHED for r in s.reqs),
+                           kv_errors=state_violations(s, cfg, sorted(index.running.union(index.touched))),
+                           outputs=self.outputs,
+                           unfinished=bool(index.live or index.pending),
                            state_key=(s.reqs, s.free, s.cache, s.guard))

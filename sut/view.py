@@ -28,17 +28,24 @@ class TraceView:
 
     def __init__(self) -> None:
         self.requests: dict[str, RequestView] = {}
-        self.before: dict[str, str] = {}          # statuses at the start of the last step
+        self.open: dict[str, RequestView] = {}    # the unfinished ones, in submission order
+        self.changed: dict[str, str] = {}         # statuses at the start of the last step, of its events' requests
         self.worked: set[str] = set()             # requests that ran prefill or decode in the last step
 
     def submit(self, spec: RequestSpec) -> None:
-        self.requests[spec.rid] = RequestView(spec)
+        self.requests[spec.rid] = self.open[spec.rid] = RequestView(spec)
+
+    @property
+    def before(self) -> dict[str, str]:
+        """Every request's status at the start of the last step (built on demand)."""
+        return {rid: self.changed.get(rid, r.status) for rid, r in self.requests.items()}
 
     def fold(self, events: list[Event]) -> None:
-        self.before = {rid: r.status for rid, r in self.requests.items()}
+        self.changed = {}
         self.worked = set()
         for e in events:
             r = self.requests[e.rid]
+            self.changed.setdefault(e.rid, r.status)
             if e.kind in ("prefill", "token"):
                 self.worked.add(e.rid)
             if e.kind == "token":
@@ -47,9 +54,11 @@ class TraceView:
                 r.generated = 0
             if e.kind in AFTER and r.status != FINISHED:
                 r.status = AFTER[e.kind]
+                if r.status == FINISHED:
+                    del self.open[e.rid]
 
     def running(self) -> int:
         return sum(r.status == RUNNING for r in self.requests.values())
 
     def unfinished(self) -> list[RequestView]:
-        return [r for r in self.requests.values() if r.status != FINISHED]
+        return list(self.open.values())

@@ -4,13 +4,19 @@ shrunk, and known bugs patched into the engine each caught."""
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 import tempfile
+import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import strategies as st
 
 from checks.base import Violation
+from checks.suite import checks_for
 from fuzz.campaign import run_campaign
 from fuzz.pytest_plugin import run_machine
 from fuzz.strategies import configs
@@ -166,3 +172,44 @@ def test_rare_branches_are_read_from_event_sequences() -> None:
         stats.note_step(events, None)
     assert stats.branches["preempt+futile"] == 2      # step 3's preemption is not paired either
     assert stats.branches["preempt+again"] == 1 and stats.branches["abort+preempted"] == 1
+
+
+def test_shrinking_is_bounded_by_replays_and_a_deadline_says_where_it_stopped() -> None:
+    from fuzz.shrink import shrink
+    from sut.model_sut import ModelSUT
+
+    w = load_workload("examples/livelock.json").with_config(preemption_policy="unguarded")
+    checks = lambda: checks_for("property")  # noqa: E731
+    cut = shrink(w, "livelock", ModelSUT, checks, deadline=time.monotonic())
+    assert cut.cut and cut.replays == 0 and cut.workload == w
+    five = shrink(w, "livelock", ModelSUT, checks, max_replays=5)
+    assert not five.cut and five.replays == 5 and len(five.workload.requests) < len(w.requests)
+    assert shrink(w, "livelock", ModelSUT, checks, max_replays=5).workload == five.workload
+    done = shrink(w, "livelock", ModelSUT, checks)
+    assert not done.cut and done.replays < 400   # a fixpoint, not the bound
+    assert shrink(w, "livelock", ModelSUT, checks, max_replays=done.replays).workload == done.workload
+
+
+def test_the_printed_line_gives_the_same_counterexample_byte_for_byte_under_load(tmp_path, capsys) -> None:
+    """The counterexample's reproduce line, run again into the same folder (its
+    database now holds the failure) and into a fresh one with a busy CPU, writes
+    the same file."""
+    args = ["fuzz", "--adapter", "model", "--policy", "unguarded", "--budget-seconds", "60", "--seed", "7",
+            "--json", "--out", str(tmp_path / "first")]
+    assert main(args) == 1
+    found = json.loads(capsys.readouterr().out)["counterexamples"][0]
+    first = Path(found["file"]).read_bytes()
+    line = shlex.split(found["reproduce"])[1:]
+    assert "--shrink-replays" in line
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert main(line) == 1
+        again = json.loads(capsys.readouterr().out)["counterexamples"][0]
+        assert Path(again["file"]).read_bytes() == first
+        fresh = line[:line.index("--out") + 1] + [str(tmp_path / "fresh")] + line[line.index("--out") + 2:]
+        assert main(fresh) == 1
+        elsewhere = json.loads(capsys.readouterr().out)["counterexamples"][0]
+        assert elsewhere["file"] != found["file"] and Path(elsewhere["file"]).read_bytes() == first
+    finally:
+        hog.kill()
+        hog.wait()

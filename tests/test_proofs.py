@@ -52,6 +52,15 @@ def test_drain_is_proved_guarded_and_refuted_unguarded() -> None:
     assert preemption_pairs(4, {**GUARDED, "preemption_policy": "unguarded"}).status == COUNTEREXAMPLE
 
 
+def test_one_request_alone_drains_under_every_policy() -> None:
+    """Unguarded preemption needs two requests to go wrong: with one, drain and
+    preemption-pairs are proved, and that is what prove expects."""
+    unguarded = {**GUARDED, "preemption_policy": "unguarded"}
+    for result in (drain(1, unguarded), preemption_pairs(1, unguarded), drain(2, unguarded)):
+        assert result.status == result.expected
+    assert drain(1, unguarded).status == PROVED and drain(2, unguarded).status == COUNTEREXAMPLE
+
+
 def test_a_step_that_loses_blocks_breaks_the_accounting_lemmas(monkeypatch) -> None:
     from proofs import bmc
 
