@@ -90,11 +90,17 @@ def fuzz(copy: Path, budget: float, seed: int, configs: str) -> dict:
            "fuzz", "--adapter", "torch", "--configs", configs, "--policy", "guarded",
            "--budget-seconds", str(budget), "--seed", str(seed), "--out", str(out), "--json"]
     proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=budget * 6 + 300)
-    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "{}"
-    try:
-        summary = json.loads(last)
-    except json.JSONDecodeError:
-        summary = {}
+    summary = {}
+    for line in reversed(proc.stdout.splitlines()):   # the JSON summary is the last line that is JSON
+        if line.startswith("{"):
+            try:
+                summary = json.loads(line)
+                break
+            except json.JSONDecodeError:
+                continue
+    if proc.returncode not in (0, 1) or (proc.returncode == 1 and not summary.get("counterexamples")):
+        (ROOT / "benchmarks" / "mutants-errors.log").open("a").write(
+            f"--- {copy} rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}\n")
     return {"rc": proc.returncode, "summary": summary, "stderr": proc.stderr[-300:]}
 
 

@@ -8,7 +8,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,16 @@ from hypothesis.stateful import get_state_machine_test
 
 from checks.base import Violation
 from checks.suite import checks_for
-from fuzz.machine import LAST_FAILURE, BudgetSpent, Stats, counterexample_path, machine_class, write_counterexample
+from fuzz.directed import WINDOWS, Director
+from fuzz.machine import (
+    LAST_FAILURE,
+    BudgetSpent,
+    Stats,
+    counterexample_path,
+    machine_class,
+    record_failure,
+    write_counterexample,
+)
 from fuzz.shrink import shrink
 from fuzz.strategies import DEFAULT_SHAPE, Shape, configs
 from model.config import Config, regression_config
@@ -105,7 +114,10 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
         stats.next_tick = start + Stats.TICK
     try:
         with StopRequest.deferred():   # a signal stops the run at the next driver action
-            run_batches(machine, database, seed_value, budget_seconds, batch_examples, start, result)
+            director = Director(directed_configs(mode, policy, pinned), max_prompt, seed_value,
+                                directed_shape(shape, factory))
+            run_batches(machine, database, seed_value, budget_seconds, batch_examples, start, result,
+                        lambda: directed_round(director, factory, check_mode, out, stats, start, result))
     except KeyboardInterrupt as exc:
         result.interrupted = exit_code(exc)
     result.time_to_failure = stats.first_failure_at
@@ -128,9 +140,10 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
 
 
 def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budget_seconds: float,
-                batch_examples: int, start: float, result: CampaignResult) -> None:
-    """Seeded batches of the machine until a violation (kept in `result`) or the
-    budget is spent."""
+                batch_examples: int, start: float, result: CampaignResult,
+                between: Callable[[], None] = lambda: None) -> None:
+    """Seeded batches of the machine, each followed by `between` (a directed
+    round), until a violation (kept in `result`) or the budget is spent."""
     batch = 0
     while time.monotonic() - start < budget_seconds:
         test = get_state_machine_test(machine, settings=settings(
@@ -158,6 +171,49 @@ def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budge
         batch += 1
         if result.violation is not None:
             return
+        between()
+        if result.violation is not None:
+            return
+
+
+def directed_configs(mode: str, policy: str, pinned: dict[str, Any]) -> list[st.SearchStrategy[Config]]:
+    """Config strategies for directed rounds, in turn: the campaign's own, and for
+    random configs, ones with the switches that open rare windows on (priority
+    preemption with prefix caching and upfront allocation, or with snapshots; a
+    bypass limit of 1)."""
+    own = config_strategy(mode, policy, pinned)[0]
+    if mode == "regression":
+        return [own]
+    focus = [{"priority_preemption": True, "prefix_caching": True, "allocation": "upfront"},
+             {"priority_preemption": True, "snapshots": True}, {"max_bypasses": 1}]
+    return [own] + [config_strategy(mode, policy, {**f, **pinned})[0] for f in focus]
+
+
+def directed_shape(shape: Shape, factory: SutFactory) -> Shape:
+    """The campaign's shape, without aborts where the system cannot abort."""
+    return shape if capabilities_of(factory).abort else replace(shape, aborts="off")
+
+
+def directed_round(director: Director, factory: SutFactory, check_mode: str, out: Path, stats: Stats,
+                   start: float, result: CampaignResult) -> None:
+    """Run one round of window-directed workloads on the system, within the budget
+    (stats.deadline); keep the first violation in `result`, recorded like the
+    machine's."""
+    for w in director.next_round():
+        StopRequest.check()
+        if stats.deadline is not None and time.monotonic() >= stats.deadline:
+            return
+        stats.examples += 1
+        stats.new_example()
+        run = run_workload(w, factory, checks_for(check_mode), on_step=stats.note_step)
+        if run.violation is not None:
+            record_failure(out, w, run.violation, run.driver.trace, f"loopcheck fuzz --check {check_mode}", stats,
+                           start)
+            result.violation = run.violation
+            return
+    stats.branches.update({f"window:{name}": 0 for name in WINDOWS})
+    for name, count in director.seen.items():
+        stats.branches[f"window:{name}"] = count
 
 
 def finalise(result: CampaignResult, out: Path, factory: SutFactory, check_mode: str, max_replays: int,

@@ -118,6 +118,17 @@ def write_counterexample(out: Path, workload: Workload, violation: Violation,
     return path
 
 
+def record_failure(out: Path | None, workload: Workload, violation: Violation, trace: list[list[Event]],
+                   source: str, stats: Stats, clock_start: float) -> None:
+    """Note a failure the moment it is found: its time in `stats` (the first one's),
+    its counterexample file and the last-failure record in `out`."""
+    if stats.first_failure_at is None:
+        stats.first_failure_at = time.monotonic() - clock_start
+    if out is not None:
+        write_counterexample(out, workload, violation, trace, source)
+        (out / LAST_FAILURE).write_text(json.dumps({"property": violation.prop, "message": violation.message}) + "\n")
+
+
 class LoopcheckMachine(RuleBasedStateMachine):
     """Bind with `machine_class`, which sets the class attributes below."""
 
@@ -157,12 +168,8 @@ class LoopcheckMachine(RuleBasedStateMachine):
             action(*args)
         except Violation as v:
             cls = type(self)
-            if cls.stats.first_failure_at is None:
-                cls.stats.first_failure_at = time.monotonic() - cls.clock_start
-            if cls.out_dir is not None:
-                write_counterexample(cls.out_dir, self.driver.workload(), v, self.driver.trace, cls.source)
-                (cls.out_dir / LAST_FAILURE).write_text(
-                    json.dumps({"property": v.prop, "message": v.message}) + "\n")
+            record_failure(cls.out_dir, self.driver.workload(), v, self.driver.trace, cls.source, cls.stats,
+                           cls.clock_start)
             raise
 
     def ok(self) -> bool:

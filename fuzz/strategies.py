@@ -143,20 +143,24 @@ def request_bodies(draw: st.DrawFn, prefixes: tuple[tuple[int, ...], ...] = (), 
 
 @st.composite
 def requests(draw: st.DrawFn, rid: str, max_arrival: int = 6,
-             prefixes: tuple[tuple[int, ...], ...] = (), shape: Shape = DEFAULT_SHAPE) -> RequestSpec:
+             prefixes: tuple[tuple[int, ...], ...] = (), shape: Shape = DEFAULT_SHAPE, max_prompt: int = 6,
+             max_tokens: int = 5) -> RequestSpec:
     """One request with an arrival step and maybe an abort step."""
     arrival = draw(st.integers(0, max_arrival))
     abort_at = draw(st.none() | st.integers(arrival, arrival + 12)) if shape.aborts == ON else None
-    return RequestSpec(rid=rid, arrival=arrival, abort_at=abort_at, **draw(request_bodies(prefixes, shape=shape)))
+    return RequestSpec(rid=rid, arrival=arrival, abort_at=abort_at,
+                       **draw(request_bodies(prefixes, max_prompt, max_tokens, shape=shape)))
 
 
 @st.composite
 def workloads(draw: st.DrawFn, config: st.SearchStrategy[Config] | None = None,
-              max_requests: int = 5, shape: Shape = DEFAULT_SHAPE) -> Workload:
-    """A config and 1..max_requests requests, some sharing prompt prefixes."""
+              max_requests: int = 5, shape: Shape = DEFAULT_SHAPE, max_prompt: int = 6, max_tokens: int = 5,
+              max_arrival: int = 6, max_prefix: int = 6) -> Workload:
+    """A config and 1..max_requests requests, some sharing prompt prefixes (of 2
+    to max_prefix tokens)."""
     cfg = draw(config if config is not None else configs())
-    prefixes = tuple(tuple(draw(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=6)))
+    prefixes = tuple(tuple(draw(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=max_prefix)))
                      for _ in range(2))
     n = draw(st.integers(1, max_requests))
-    reqs = tuple(draw(requests(f"r{i}", prefixes=prefixes, shape=shape)) for i in range(n))
+    reqs = tuple(draw(requests(f"r{i}", max_arrival, prefixes, shape, max_prompt, max_tokens)) for i in range(n))
     return Workload(cfg, reqs)

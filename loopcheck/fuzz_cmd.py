@@ -11,6 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from fuzz.campaign import BRANCHES, CampaignResult, main_progress, run_campaign
+from fuzz.directed import WINDOWS
 from fuzz.strategies import Shape
 from loopcheck.options import add_adapter, add_check_mode, check_mode_of
 from loopcheck.report import banner, command_line, reproduce_line
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         "workers": args.workers, "examples": sum(r.stats.examples for r in results),
         "steps": sum(r.stats.steps for r in results),
         "branches_covered": sorted({b for r in results for b in BRANCHES if r.stats.branches[b]}),
+        "windows": {name: sum(r.stats.branches[f"window:{name}"] for r in results) for name in WINDOWS},
         "counterexamples": [{"property": r.violation.prop, "message": r.violation.message,
                              "file": str(r.counterexample), "requests": r.requests,
                              "time_to_failure": r.time_to_failure, "notes": r.notes,
@@ -113,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"{summary['examples']} examples, {summary['steps']} steps, scheduler branches "
               f"{len(summary['branches_covered'])}/{len(BRANCHES)}: {' '.join(summary['branches_covered'])}")
+        print("rare windows run (directed rounds): "
+              + " ".join(f"{name}={count}" for name, count in summary["windows"].items()))
         for c in summary["counterexamples"]:
             found = f"found after {c['time_to_failure']:.1f}s" if c["time_to_failure"] is not None else "found"
             shrunk = f"shrunk to {c['requests']} requests" if not c["notes"] else "; ".join(c["notes"])

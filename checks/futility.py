@@ -1,0 +1,54 @@
+"""The guarded policy's promise about futile preemptions, read from the trace."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from checks.base import Check, Violation
+from model.config import Config
+from model.events import Event
+from sut.protocol import Capabilities, Observation
+from sut.view import RUNNING
+
+if TYPE_CHECKING:
+    from sut.driver import Driver
+
+
+class GuardedFutility(Check):
+    """Under the guarded policy (docs/semantics.md), a waiting request preempts only
+    after the preflight says it then fits; the preflight is exact except that it
+    counts as hits the prompt pages that other running requests hold but have not
+    published yet. So a futile preemption (its requester not admitted in the same
+    step) needs prefix caching and a request running in that step, other than the
+    victim, whose prompt starts with the requester's first page. Any other futile
+    preemption is one the preflight should have refused (a watermark or a page it
+    counted wrongly)."""
+
+    name = "futile-preemption"
+
+    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
+        if caps.semantics != "loopcheck":
+            return "the system does not claim loopcheck's semantics (its guarded preflight)"
+        if not (cfg.priority_preemption and cfg.preemption_policy == "guarded"):
+            return "only the guarded policy promises preflight-checked preemptions"
+        return None
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        came_in = {e.rid for e in events if e.kind in ("admit", "resume")}
+        futile = [e for e in events if e.kind == "preempt" and e.args[0] not in (None, e.rid)
+                  and e.args[0] not in came_in]
+        if not futile:
+            return
+        view, bs = driver.view, driver.cfg.block_size
+        before = view.before
+        running = {rid for rid, status in before.items() if status == RUNNING} | came_in
+        for e in futile:
+            by = e.args[0]
+            if before.get(by) == RUNNING:   # a running request growing into its next pages: not the preflight
+                continue
+            head = view.requests[by].spec.prompt[:bs]
+            sharers = [rid for rid in running - {by, e.rid}
+                       if len(view.requests[rid].spec.prompt) >= bs and view.requests[rid].spec.prompt[:bs] == head]
+            if not (driver.cfg.prefix_caching and len(view.requests[by].spec.prompt) > bs and sharers):
+                raise Violation(self.name, f"{e}: the guarded policy preempted {e.rid} for {by}, which was not "
+                                           f"admitted in the same step, and no pending prefix pages explain it")
