@@ -22,7 +22,6 @@ from checks.suite import checks_for
 from fuzz.directed import WINDOWS, Director
 from fuzz.machine import (
     LAST_FAILURE,
-    BudgetSpent,
     Stats,
     counterexample_path,
     machine_class,
@@ -159,8 +158,6 @@ def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budge
         try:
             seeded()
             StopRequest.check()
-        except BudgetSpent:
-            return
         except Violation as v:
             result.violation = v
         except Exception as exc:  # noqa: BLE001 - Hypothesis may wrap or group failures

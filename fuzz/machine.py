@@ -28,6 +28,7 @@ from model.errors import StopRequest, WorkloadError
 from model.events import Event
 from model.workload import RequestSpec, Workload, save_workload
 from sut.driver import Driver
+from sut.loader import capabilities_of
 from sut.protocol import Observation, SutFactory
 from sut.torch_sut import TorchSUT
 
@@ -92,11 +93,6 @@ class Stats:
             self.branches[name] += 1
 
 
-class BudgetSpent(BaseException):
-    """The campaign's budget ran out in the middle of an example: not a failure (a
-    BaseException, so Hypothesis neither records nor replays it)."""
-
-
 LAST_FAILURE = "last-failure.json"   # the first failure's property and message, as soon as it is found
 
 
@@ -141,12 +137,16 @@ class LoopcheckMachine(RuleBasedStateMachine):
     max_prompt: int = 6
     max_tokens: int = 5
     clock_start: float = 0.0
+    can_abort: bool = True
 
     requests = Bundle("requests")
 
     def setup(self, config: Config, prefixes: tuple[tuple[int, ...], ...], shape: Shape) -> None:
         cls = type(self)
-        self.prefixes, self.example_shape = prefixes, shape
+        self.prefixes, self.example_shape, self.config = prefixes, shape, config
+        self.spent = False
+        if self.budget_spent():
+            return
         try:
             self.driver = Driver(cls.factory, config, checks_for(cls.mode), cls.stats.note_step)
         except WorkloadError:
@@ -158,12 +158,8 @@ class LoopcheckMachine(RuleBasedStateMachine):
     def guarded(self, action, *args) -> None:
         """Run a driver action; on the first violation write the counterexample (the
         final, shrunk failure overwrites earlier ones) and fail the test case. A stop
-        request (Ctrl-C, SIGTERM) that Hypothesis swallowed is raised again here;
-        past the budget (before any failure), BudgetSpent ends the example."""
+        request (Ctrl-C, SIGTERM) that Hypothesis swallowed is raised again here."""
         StopRequest.check()
-        stats = type(self).stats
-        if stats.deadline is not None and stats.first_failure_at is None and time.monotonic() >= stats.deadline:
-            raise BudgetSpent
         try:
             action(*args)
         except Violation as v:
@@ -172,35 +168,50 @@ class LoopcheckMachine(RuleBasedStateMachine):
                            cls.clock_start)
             raise
 
+    def budget_spent(self) -> bool:
+        """Past the campaign's budget (before any failure): the rest of this example
+        still draws its data, the same way, but runs nothing (ending an example
+        early would make Hypothesis see the same choices draw differently)."""
+        stats = type(self).stats
+        if stats.deadline is not None and stats.first_failure_at is None and time.monotonic() >= stats.deadline:
+            self.spent = True
+        return self.spent
+
     def ok(self) -> bool:
-        return hasattr(self, "driver") and self.driver.failure is None
+        return self.spent or (hasattr(self, "driver") and self.driver.failure is None)
 
     @precondition(lambda self: self.ok())
     @rule(target=requests, data=st.data())
     def add(self, data: st.DataObject) -> str:
         cls = type(self)
         fields = data.draw(request_bodies(self.prefixes, cls.max_prompt, cls.max_tokens, self.example_shape,
-                                          self.driver.cfg.max_positions))
+                                          self.config.max_positions))
+        if self.budget_spent():
+            return "spent"
         spec = RequestSpec(rid=f"q{len(self.driver.specs)}", **fields)
         self.guarded(self.driver.add, spec)
         cls.stats.rules["add"] += 1
         return spec.rid
 
-    @precondition(lambda self: self.ok() and self.example_shape.aborts == "on" and self.driver.sut.capabilities.abort)
+    @precondition(lambda self: self.ok() and self.example_shape.aborts == "on" and type(self).can_abort)
     @rule(rid=requests)
     def abort(self, rid: str) -> None:
+        if self.budget_spent():
+            return
         self.guarded(self.driver.abort, rid)
         type(self).stats.rules["abort"] += 1
 
     @precondition(lambda self: self.ok())
     @rule(n=st.integers(1, 4))
     def advance(self, n: int) -> None:
+        if self.budget_spent():
+            return
         for _ in range(n):
             self.guarded(self.driver.step)
         type(self).stats.rules["step"] += 1
 
     def teardown(self) -> None:
-        if self.ok():
+        if not self.budget_spent() and self.ok():
             self.guarded(self.driver.finish)
 
 
@@ -229,4 +240,5 @@ def machine_class(configs: st.SearchStrategy[Config], factory: SutFactory = Torc
     BoundLoopcheckMachine.shape = shape
     BoundLoopcheckMachine.source = source
     BoundLoopcheckMachine.clock_start = time.monotonic()
+    BoundLoopcheckMachine.can_abort = capabilities_of(factory).abort
     return BoundLoopcheckMachine
