@@ -32,7 +32,7 @@ from fuzz.shrink import shrink
 from fuzz.strategies import DEFAULT_SHAPE, Shape, configs
 from model.config import Config, regression_config
 from model.errors import StopRequest, WorkloadError, exit_code
-from model.workload import load_workload
+from model.workload import load_workload, workload_from_json
 from sut.driver import run_workload
 from sut.loader import capabilities_of
 from sut.protocol import SutFactory
@@ -116,7 +116,7 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
             director = Director(directed_configs(mode, policy, pinned), max_prompt, seed_value,
                                 directed_shape(shape, factory))
             run_batches(machine, database, seed_value, budget_seconds, batch_examples, start, result,
-                        lambda: directed_round(director, factory, check_mode, out, stats, start, result))
+                        lambda: directed_round(director, factory, check_mode, out, stats, start, result, database))
     except KeyboardInterrupt as exc:
         result.interrupted = exit_code(exc)
     result.time_to_failure = stats.first_failure_at
@@ -191,12 +191,17 @@ def directed_shape(shape: Shape, factory: SutFactory) -> Shape:
     return shape if capabilities_of(factory).abort else replace(shape, aborts="off")
 
 
+DIRECTED_KEY = b"loopcheck:directed-failures"   # failing directed workloads in the example database
+
+
 def directed_round(director: Director, factory: SutFactory, check_mode: str, out: Path, stats: Stats,
-                   start: float, result: CampaignResult) -> None:
+                   start: float, result: CampaignResult, database: ExampleDatabase) -> None:
     """Run one round of window-directed workloads on the system, within the budget
-    (stats.deadline); keep the first violation in `result`, recorded like the
-    machine's."""
-    for w in director.next_round():
+    (stats.deadline): first (once per campaign) the failing ones the database
+    kept, then the round's. Keep the first violation in `result`, recorded like the
+    machine's, and save its workload in the database."""
+    saved = [] if director.round else sorted(database.fetch(DIRECTED_KEY))
+    for w in [workload_from_json(json.loads(v)) for v in saved] + director.next_round():
         StopRequest.check()
         if stats.deadline is not None and time.monotonic() >= stats.deadline:
             return
@@ -206,6 +211,7 @@ def directed_round(director: Director, factory: SutFactory, check_mode: str, out
         if run.violation is not None:
             record_failure(out, w, run.violation, run.driver.trace, f"loopcheck fuzz --check {check_mode}", stats,
                            start)
+            database.save(DIRECTED_KEY, json.dumps(w.to_json(), sort_keys=True).encode())
             result.violation = run.violation
             return
     stats.branches.update({f"window:{name}": 0 for name in WINDOWS})

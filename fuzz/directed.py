@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from checks.needs import lifetime_blocks
-from fuzz.strategies import DEFAULT_SHAPE, ON, VOCAB, Shape, workloads
+from fuzz.strategies import DEFAULT_SHAPE, OFF, ON, VOCAB, Shape, workloads
 from model.config import Config
-from model.reference import step
+from model.reference import never_fits, step
 from model.simulate import WorkloadEnv
 from model.state import FINISHED, PREEMPTED, RUNNING, WAITING, SchedState, initial_state
 from model.workload import RequestSpec, Workload
@@ -255,6 +255,8 @@ class Director:
             opened, moments = windows_of(w)
             for variant in [w] + variants(w, moments, self.rng, self.shape):
                 for candidate in [variant] + pool_sizes(variant):
+                    if self.shape.oversized == OFF and any(never_fits(r, candidate.config) for r in candidate.requests):
+                        continue    # the shape promises only requests that fit the pool
                     windows = opened if candidate is w else windows_of(candidate)[0]
                     if windows:
                         found.append((candidate, windows))

@@ -47,7 +47,9 @@ def test_a_fitting_workload_drains_with_every_property_held() -> None:
     run = run_workload(w, factory(), checks_for("property"))
     assert run.violation is None and run.drained
     assert run.driver.skipped == {"priority-waiting": "the system claims no priority preemption "
-                                                      "(capabilities.priorities)"}
+                                                      "(capabilities.priorities)",
+                                  "futile-preemption": "the system does not claim loopcheck's semantics (its "
+                                                       "guarded preflight)"}
     events = [e for evs in run.driver.trace for e in evs]
     assert ("admit", "b", (1,)) in [(e.kind, e.rid, e.args) for e in events]     # a prefix-cache hit
     assert run.observation.outputs["a"].finish_reason == "length"
