@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from hypothesis.stateful import get_state_machine_test
 
 from checks.base import Violation
 from checks.suite import checks_for
-from fuzz.directed import WINDOWS, Director
+from fuzz.directed import Director
 from fuzz.machine import (
     LAST_FAILURE,
     Stats,
@@ -101,7 +102,8 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
     byte for byte). `fixed` pins config fields beyond those the system pins."""
     out.mkdir(parents=True, exist_ok=True)
     stats = Stats()
-    pinned = {**(fixed or {}), **capabilities_of(factory).pinned}
+    caps = capabilities_of(factory)
+    pinned = {**(fixed or {}), **caps.pinned}
     strategy, max_prompt, max_tokens = config_strategy(mode, policy, pinned)
     machine = machine_class(strategy, factory, check_mode, out, stats, max_prompt, max_tokens, shape)
     database = open_database(db, out)
@@ -113,8 +115,8 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
         stats.next_tick = start + Stats.TICK
     try:
         with StopRequest.deferred():   # a signal stops the run at the next driver action
-            director = Director(directed_configs(mode, policy, pinned), max_prompt, seed_value,
-                                directed_shape(shape, factory))
+            shape_run = shape if caps.abort else replace(shape, aborts="off")   # no aborts the system cannot do
+            director = Director(directed_configs(mode, policy, pinned), max_prompt, seed_value, shape_run)
             run_batches(machine, database, seed_value, budget_seconds, batch_examples, start, result,
                         lambda: directed_round(director, factory, check_mode, out, stats, start, result, database))
     except KeyboardInterrupt as exc:
@@ -186,11 +188,6 @@ def directed_configs(mode: str, policy: str, pinned: dict[str, Any]) -> list[st.
     return [own] + [config_strategy(mode, policy, {**f, **pinned})[0] for f in focus]
 
 
-def directed_shape(shape: Shape, factory: SutFactory) -> Shape:
-    """The campaign's shape, without aborts where the system cannot abort."""
-    return shape if capabilities_of(factory).abort else replace(shape, aborts="off")
-
-
 DIRECTED_KEY = b"loopcheck:directed-failures"   # failing directed workloads in the example database
 
 
@@ -201,22 +198,20 @@ def directed_round(director: Director, factory: SutFactory, check_mode: str, out
     kept, then the round's. Keep the first violation in `result`, recorded like the
     machine's, and save its workload in the database."""
     saved = [] if director.round else sorted(database.fetch(DIRECTED_KEY))
-    for w in [workload_from_json(json.loads(v)) for v in saved] + director.next_round():
+    for w, windows in [(workload_from_json(json.loads(v)), Counter()) for v in saved] + director.next_round():
         StopRequest.check()
         if stats.deadline is not None and time.monotonic() >= stats.deadline:
             return
         stats.examples += 1
         stats.new_example()
         run = run_workload(w, factory, checks_for(check_mode), on_step=stats.note_step)
+        stats.windows.update(windows.keys())
         if run.violation is not None:
             record_failure(out, w, run.violation, run.driver.trace, f"loopcheck fuzz --check {check_mode}", stats,
                            start)
             database.save(DIRECTED_KEY, json.dumps(w.to_json(), sort_keys=True).encode())
             result.violation = run.violation
             return
-    stats.branches.update({f"window:{name}": 0 for name in WINDOWS})
-    for name, count in director.seen.items():
-        stats.branches[f"window:{name}"] = count
 
 
 def finalise(result: CampaignResult, out: Path, factory: SutFactory, check_mode: str, max_replays: int,

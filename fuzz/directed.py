@@ -16,36 +16,24 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from checks.needs import lifetime_blocks
+from fuzz.shrink import with_request
 from fuzz.strategies import DEFAULT_SHAPE, OFF, ON, VOCAB, Shape, workloads
 from model.config import Config
-from model.reference import never_fits, step
-from model.simulate import WorkloadEnv
-from model.state import FINISHED, PREEMPTED, RUNNING, WAITING, SchedState, initial_state
+from model.reference import never_fits
+from model.simulate import model_steps
+from model.state import PREEMPTED, RUNNING, WAITING, SchedState
 from model.workload import RequestSpec, Workload
 
 WINDOWS = ("preempt+futile", "guard+recorded", "guard+held", "guard+cleared", "bypass+limit", "bypass+again",
            "abort+preempted", "preempt+shared-pages", "victim+skipped", "resume+restore", "preempt+again")
 MAX_POOL = 256     # pool sizes tried stay small: contention, and fast runs
-
-
-def model_trace(w: Workload, max_steps: int = 200) -> Iterator[tuple[SchedState, list, SchedState]]:
-    """(state before, events, state after) of each model step until drained."""
-    env = WorkloadEnv(w)
-    state = initial_state(w.config.num_blocks, len(w.requests))
-    last = max((r.arrival for r in w.requests), default=0)
-    for _ in range(max_steps):
-        after, events = step(state, env)
-        yield state, events, after
-        state = after
-        if state.step > last and all(r.status == FINISHED for r in state.reqs):
-            return
+MAX_STEPS = 200    # model steps read per candidate
 
 
 @dataclass
@@ -53,8 +41,8 @@ class Moments:
     """Places in a model run where an added input opens a window: (request, step)
     where a request starts a step preempted; (request, step, first, end) where a
     running request holds prompt pages first..end-1 privately, not yet published
-    (the ones before are); steps where a
-    waiting request is skipped while another is admitted."""
+    (the ones before are); steps where a waiting request is skipped while another
+    is admitted."""
 
     preempted: list[tuple[int, int]] = field(default_factory=list)
     prefilling: list[tuple[int, int, int, int]] = field(default_factory=list)
@@ -69,7 +57,7 @@ def windows_of(w: Workload) -> tuple[Counter, Moments]:
     moments = Moments()
     reset: set[int] = set()          # requests whose bypass count went back to 0 on admission
     ever_preempted: set[int] = set()
-    for before, events, after in model_trace(w):
+    for before, events, after in model_steps(w, MAX_STEPS):
         came_in = {rid[e.rid] for e in events if e.kind in ("admit", "resume")}
         holders = dict(before.cache)
         for e in events:
@@ -123,7 +111,7 @@ def variants(w: Workload, moments: Moments, rng: random.Random, shape: Shape = D
     varied = shape.priorities == ON
     if moments.preempted and shape.aborts == ON:
         i, t = rng.choice(moments.preempted)
-        out.append(_with_request(w, i, replace(w.requests[i], abort_at=t)))
+        out.append(with_request(w, i, replace(w.requests[i], abort_at=t)))
     for j, t, first, end in rng.sample(moments.prefilling, min(3, len(moments.prefilling))):
         shared = rng.randint(first + 1, end)
         follower = sized_arrival(w, moments.states[t], j, shared, shared - first, rng, varied)
@@ -188,18 +176,12 @@ def pool_sizes(w: Workload, count: int = 12) -> list[Workload]:
     largest request's lifetime need plus the watermark: where contention decides
     what the scheduler does."""
     cfg = w.config
-    needs = [lifetime_blocks(r, cfg) for r in w.requests if lifetime_blocks(r, cfg) <= cfg.num_blocks]
+    needs = [n for n in (lifetime_blocks(r, cfg) for r in w.requests) if n <= cfg.num_blocks]
     if not needs:
         return []
     low = max(needs) + cfg.watermark_blocks
     sizes = [low + k * cfg.planes for k in range(count)]
     return [Workload(replace(cfg, num_blocks=n), w.requests) for n in sizes if n <= MAX_POOL and n != cfg.num_blocks]
-
-
-def _with_request(w: Workload, i: int, spec: RequestSpec) -> Workload:
-    reqs = list(w.requests)
-    reqs[i] = spec
-    return Workload(w.config, tuple(reqs))
 
 
 def _added(w: Workload, *specs: RequestSpec) -> Workload:
@@ -243,10 +225,11 @@ class Director:
         self.rng = random.Random(seed)
         self.seen: Counter = Counter()
 
-    def next_round(self) -> list[Workload]:
-        """The candidates of the next round to run on the system: of the drawn
-        workloads, their trace-guided variants and each at the tightest pools,
-        the `runs` whose rarest window has been seen least (ties in draw order)."""
+    def next_round(self) -> list[tuple[Workload, Counter]]:
+        """The candidates of the next round to run on the system, with the windows
+        each opens: of the drawn workloads, their trace-guided variants and each at
+        the tightest pools, the `runs` whose rarest window has been seen least (ties
+        in draw order)."""
         strategy = self.strategies[self.round % len(self.strategies)]
         drawn = draw_workloads(strategy, self.seed * 7919 + self.round, self.per_round)
         self.round += 1
@@ -265,5 +248,5 @@ class Director:
             best = min(range(len(found)), key=lambda k: min(self.seen[name] for name in found[k][1]))
             candidate, windows = found.pop(best)
             self.seen.update(windows.keys())
-            chosen.append(candidate)
+            chosen.append((candidate, windows))
         return chosen

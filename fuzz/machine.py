@@ -41,6 +41,7 @@ class Stats:
     steps: int = 0
     rules: Counter = field(default_factory=Counter)
     branches: Counter = field(default_factory=Counter)
+    windows: Counter = field(default_factory=Counter)   # rare windows opened by the directed workloads run
     first_failure_at: float | None = None
     ticker: Callable[[], None] | None = None   # called about every TICK seconds of stepping
     next_tick: float = 0.0

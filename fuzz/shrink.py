@@ -18,7 +18,8 @@ from sut.driver import Run, run_workload
 from sut.protocol import SutFactory
 
 
-def _with(w: Workload, i: int, r: RequestSpec | None) -> Workload:
+def with_request(w: Workload, i: int, r: RequestSpec | None) -> Workload:
+    """`w` with request i replaced by `r`, or dropped when `r` is None."""
     reqs = list(w.requests)
     if r is None:
         del reqs[i]
@@ -39,24 +40,24 @@ def _shift_from(w: Workload, step: int, by: int) -> Workload:
 
 def _candidates(w: Workload) -> Iterator[Workload]:
     for i in range(len(w.requests)):
-        yield _with(w, i, None)
+        yield with_request(w, i, None)
         later = [r.arrival for r in w.requests if r.arrival > w.requests[i].arrival]
         if later:   # drop it and move the requests after it, to keep the timing that matters
             first = min(later)
             for by in (-3, -2, -1, 1, 2, 3):
                 if first + by >= 0:
-                    yield _shift_from(_with(w, i, None), first, by)
+                    yield _shift_from(with_request(w, i, None), first, by)
     for step in sorted({r.arrival for r in w.requests} - {0}):
         yield _shift_from(w, step, -1)
     for i, r in enumerate(w.requests):
         if r.abort_at is not None:
-            yield _with(w, i, replace(r, abort_at=None))
+            yield with_request(w, i, replace(r, abort_at=None))
         for shorter in sorted({len(r.prompt) // 2, len(r.prompt) - 1} - {0, len(r.prompt)}):
-            yield _with(w, i, replace(r, prompt=r.prompt[:shorter]))
+            yield with_request(w, i, replace(r, prompt=r.prompt[:shorter]))
         for fewer in sorted({r.max_tokens // 2, r.max_tokens - 1} - {0, r.max_tokens}):
-            yield _with(w, i, replace(r, max_tokens=fewer))
+            yield with_request(w, i, replace(r, max_tokens=fewer))
         if r.arrival > 0:
-            yield _with(w, i, _shifted(r, -1))
+            yield with_request(w, i, _shifted(r, -1))
 
 
 @dataclass

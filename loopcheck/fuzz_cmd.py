@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         "workers": args.workers, "examples": sum(r.stats.examples for r in results),
         "steps": sum(r.stats.steps for r in results),
         "branches_covered": sorted({b for r in results for b in BRANCHES if r.stats.branches[b]}),
-        "windows": {name: sum(r.stats.branches[f"window:{name}"] for r in results) for name in WINDOWS},
+        "windows": {name: sum(r.stats.windows[name] for r in results) for name in WINDOWS},
         "counterexamples": [{"property": r.violation.prop, "message": r.violation.message,
                              "file": str(r.counterexample), "requests": r.requests,
                              "time_to_failure": r.time_to_failure, "notes": r.notes,

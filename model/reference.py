@@ -65,6 +65,11 @@ class Plan:
 LIVE = (WAITING, RUNNING, PREEMPTED)
 
 
+def arrival_order(specs: tuple[RequestSpec, ...]) -> Callable[[int], tuple[int, int]]:
+    """Sort key of request indices by (arrival, index): the order arrivals are taken."""
+    return lambda i: (specs[i].arrival, i)
+
+
 @dataclass(frozen=True)
 class Index:
     """Lookups derived from a state's statuses and its workload's requests, so that
@@ -89,7 +94,7 @@ class Index:
     @staticmethod
     def build(specs: tuple[RequestSpec, ...], reqs: tuple[ReqState, ...]) -> Index:
         live = sorted((i for i, r in enumerate(reqs) if r.status in LIVE), key=lambda i: specs[i].key)
-        pending = sorted((i for i, r in enumerate(reqs) if r.status == PENDING), key=lambda i: (specs[i].arrival, i))
+        pending = sorted((i for i, r in enumerate(reqs) if r.status == PENDING), key=arrival_order(specs))
         running = frozenset(i for i in live if reqs[i].status == RUNNING)
         preempted = frozenset(i for i in live if reqs[i].status == PREEMPTED)
         return Index(specs, reqs, tuple(live), running, preempted, tuple(pending), tuple(range(len(reqs))))
@@ -115,7 +120,7 @@ def index_of(specs: tuple[RequestSpec, ...], reqs: tuple[ReqState, ...]) -> Inde
         return last
     pending = list(last.pending)
     for i in range(len(last.reqs), len(reqs)):
-        insort(pending, i, key=lambda j: (specs[j].arrival, j))
+        insort(pending, i, key=arrival_order(specs))
     return Index(specs, reqs, last.live, last.running, last.preempted, tuple(pending), last.touched)
 
 
@@ -476,7 +481,7 @@ class _Step:
         if not self.cfg.priority_preemption:
             return True
         urgency = self.specs[i].priority
-        return not any(self.specs[j].priority > urgency for j in self.running_now if j not in self.batch)
+        return not self.victims(lambda s: s.priority > urgency)
 
     def next_position(self, i: int, *among: set[int]) -> int:
         """Position in the order of the first request after i that is in one of

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from model.events import Event, RequestOutput, TokenOutcome
+from model.reference import step
+from model.state import FINISHED, SchedState, initial_state
 from model.workload import RequestSpec, Workload
 
 
@@ -68,6 +71,20 @@ class WorkloadEnv:
         if index > 0 and spec.script_exit_depths:
             depth = spec.script_exit_depths[(index - 1) % len(spec.script_exit_depths)]
         return TokenOutcome(token, depth)
+
+
+def model_steps(w: Workload, max_steps: int) -> Iterator[tuple[SchedState, list[Event], SchedState]]:
+    """(state before, events, state after) of each reference-model step of a
+    recorded workload (scripted outcomes), until every request finished or
+    `max_steps` steps."""
+    env = WorkloadEnv(w)
+    state = initial_state(w.config.num_blocks, len(w.requests))
+    for _ in range(max_steps):
+        after, events = step(state, env)
+        yield state, events, after
+        state = after
+        if all(r.status == FINISHED for r in state.reqs):
+            return
 
 
 @dataclass

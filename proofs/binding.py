@@ -25,8 +25,8 @@ import z3
 from model.config import Config
 from model.events import Event
 from model.reference import _Step, page_hash, step, total_pages
-from model.simulate import WorkloadEnv
-from model.state import PREEMPTED, RUNNING, WAITING, ReqState, SchedState, initial_state
+from model.simulate import WorkloadEnv, model_steps
+from model.state import PREEMPTED, RUNNING, WAITING, ReqState, SchedState
 from model.workload import RequestSpec, Workload
 from proofs import admission as adm
 from proofs import bmc
@@ -247,16 +247,11 @@ def random_workload(rng: random.Random, cfg: Config, K: int, prefixes: bool) -> 
 
 
 def run_disagreement(w: Workload, tally: dict[str, int], steps: int = 40) -> str | None:
-    env = WorkloadEnv(w)
-    state = initial_state(w.config.num_blocks, len(w.requests))
-    for _ in range(steps):
+    for state, _, _ in model_steps(w, steps):
         tally["random-run states"] += 1
         found = step_disagreement(w, state)
         if found:
             return found
-        state, _ = step(state, env)
-        if all(r.status == "finished" for r in state.reqs):
-            return None
     return None
 
 
@@ -316,19 +311,10 @@ def admission_disagreement(w: Workload, state: SchedState, tally: dict[str, int]
 
 
 def admission_run_disagreement(w: Workload, tally: dict[str, int], steps: int = 30) -> str | None:
-    env = WorkloadEnv(w)
-    state = initial_state(w.config.num_blocks, len(w.requests))
-    for _ in range(steps):
-        found = admission_disagreement(w, state, tally)
+    for state, events, nxt in model_steps(w, steps):
+        found = admission_disagreement(w, state, tally) or guard_disagreement(w, state, nxt, events, tally)
         if found:
             return found
-        nxt, events = step(state, env)
-        found = guard_disagreement(w, state, nxt, events, tally)
-        if found:
-            return found
-        state = nxt
-        if all(r.status == "finished" for r in state.reqs):
-            break
     return None
 
 
@@ -404,10 +390,7 @@ def prefix_workloads(rng: random.Random, configs: list[Config], plain: int, aime
 
 def futile_preemption(w: Workload, steps: int = 30) -> bool:
     """Does the model's run of w make a preemption whose requester is not admitted?"""
-    env = WorkloadEnv(w)
-    state = initial_state(w.config.num_blocks, len(w.requests))
-    for _ in range(steps):
-        state, events = step(state, env)
+    for _, events, _ in model_steps(w, steps):
         admitted = {e.rid for e in events if e.kind in ("admit", "resume")}
         if any(e.kind == "preempt" and e.args[0] not in admitted for e in events):
             return True
