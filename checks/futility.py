@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from checks.base import Check, Violation
+from checks.rules import turn_preemptions
 from model.config import Config
 from model.events import Event
 from sut.protocol import Capabilities, Observation
@@ -35,17 +36,14 @@ class GuardedFutility(Check):
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         came_in = {e.rid for e in events if e.kind in ("admit", "resume")}
-        futile = [e for e in events if e.kind == "preempt" and e.args[0] not in (None, e.rid)
-                  and e.args[0] not in came_in]
-        if not futile:
+        if not any(e.kind == "preempt" for e in events):
             return
         view, bs = driver.view, driver.cfg.block_size
         before = view.before
+        futile = [e for e in turn_preemptions(events, before) if e.args[0] not in came_in]
         running = {rid for rid, status in before.items() if status == RUNNING} | came_in
         for e in futile:
             by = e.args[0]
-            if before.get(by) == RUNNING:   # a running request growing into its next pages: not the preflight
-                continue
             head = view.requests[by].spec.prompt[:bs]
             sharers = [rid for rid in running - {by, e.rid}
                        if len(view.requests[rid].spec.prompt) >= bs and view.requests[rid].spec.prompt[:bs] == head]

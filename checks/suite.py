@@ -14,6 +14,7 @@ from checks.lifecycle import Lifecycle
 from checks.liveness import NeverFitRejected, PriorityWaiting, Progress
 from checks.lockstep import Lockstep, ModelBounds
 from checks.outputs import OutputEquivalence
+from checks.rules import DocumentedRules
 from checks.safety import Caps, KvConservation
 
 MODES = ("property", "lockstep")
@@ -22,7 +23,7 @@ MODES = ("property", "lockstep")
 def property_checks(outputs: bool = True) -> list[Check]:
     """Fresh instances of every property check (checks hold per-run state)."""
     checks: list[Check] = [Lifecycle(), Caps(), KvConservation(), Progress(), NeverFitRejected(),
-                           PriorityWaiting(), GuardedFutility()]
+                           PriorityWaiting(), GuardedFutility(), DocumentedRules()]
     return checks + ([OutputEquivalence()] if outputs else [])
 
 

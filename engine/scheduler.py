@@ -189,18 +189,23 @@ class Scheduler:
         return Admission(keys, frontier, kind, start, end, cost, pages)
 
     def room_for(self, adm: Admission, free_blocks: int, running: int,
-                 cache_only: Callable[[bytes], bool]) -> bool:
+                 cache_only: Callable[[bytes], bool], watermark: bool) -> bool:
         if running >= self.cfg.max_num_seqs:
             return False
         spare = free_blocks - self.pool.planes * sum(1 for k in adm.keys if cache_only(k))
-        if self.was_active:
+        if watermark:
             spare -= self.cfg.watermark_blocks
         return spare >= self.pool.planes * (adm.pages - len(adm.keys))
 
-    def fits_now(self, adm: Admission) -> bool:
-        return self.room_for(adm, self.pool.free_count(), len(self.running()), self.pool.is_cache_only)
+    def fits_now(self, adm: Admission, watermark: bool) -> bool:
+        return self.room_for(adm, self.pool.free_count(), len(self.running()), self.pool.is_cache_only, watermark)
 
-    def preflight(self, seq: Sequence, victim: Sequence) -> bool:
+    def keeps_watermark(self, seq: Sequence) -> bool:
+        """The watermark stays free while something was running: for a fresh
+        admission, and for a resumption unless resume_watermark is off."""
+        return self.was_active and (seq.status == WAITING or self.cfg.resume_watermark)
+
+    def preflight(self, seq: Sequence, victim: Sequence, watermark: bool) -> bool:
         """Guarded check: room for seq once `victim` is preempted, counting prompt
         pages other running requests hold privately as (pending) hits."""
         freed = [p for p in victim.pages if p.key is None or p.holders == 1]
@@ -213,7 +218,7 @@ class Scheduler:
             return False
         return self.room_for(
             adm, self.pool.free_count() + self.pool.planes * len(freed), len(self.running()) - 1,
-            lambda k: self.pool.is_cache_only(k) or k in freed_keys)
+            lambda k: self.pool.is_cache_only(k) or k in freed_keys, watermark)
 
     def try_admit(self, seq: Sequence) -> None:
         fresh = seq.status == WAITING
@@ -222,14 +227,15 @@ class Scheduler:
         if adm is None or not self.stage_ok(adm.kind) or blocked:
             self.passed_over.append(seq)
             return
-        ok = self.fits_now(adm)
+        watermark = self.keeps_watermark(seq)
+        ok = self.fits_now(adm, watermark)
         if not ok and self.cfg.priority_preemption:
             budget = self.pool.free_count()
-            victim = self.choose_victim(seq, budget)
+            victim = self.choose_victim(seq, budget, watermark)
             if victim is not None:
                 self.preempt(victim, seq)
                 adm = self.admission(seq, self.hit_keys(seq))
-                ok = adm is not None and self.fits_now(adm)
+                ok = adm is not None and self.fits_now(adm, watermark)
                 if not ok and self.cfg.preemption_policy == "guarded":
                     self.guard.add((seq.rid, budget))
         if not ok or adm is None:
@@ -237,13 +243,13 @@ class Scheduler:
             return
         self.start(seq, adm, fresh)
 
-    def choose_victim(self, seq: Sequence, budget: int) -> Sequence | None:
+    def choose_victim(self, seq: Sequence, budget: int, watermark: bool) -> Sequence | None:
         cands = self.victims(lambda v: v.spec.priority > seq.spec.priority)
         if self.cfg.preemption_policy == "unguarded":
             return cands[0] if cands else None
         if (seq.rid, budget) in self.guard:
             return None
-        return next((v for v in cands if self.preflight(seq, v)), None)
+        return next((v for v in cands if self.preflight(seq, v, watermark)), None)
 
     def start(self, seq: Sequence, adm: Admission, fresh: bool) -> None:
         """Atomic admission: share the hits, take the private pages, restore."""

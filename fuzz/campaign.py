@@ -143,10 +143,13 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
 def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budget_seconds: float,
                 batch_examples: int, start: float, result: CampaignResult,
                 between: Callable[[], None] = lambda: None) -> None:
-    """Seeded batches of the machine, each followed by `between` (a directed
+    """Seeded batches of the machine, each preceded by `between` (a directed
     round), until a violation (kept in `result`) or the budget is spent."""
     batch = 0
     while time.monotonic() - start < budget_seconds:
+        between()
+        if result.violation is not None or time.monotonic() - start >= budget_seconds:
+            return
         test = get_state_machine_test(machine, settings=settings(
             max_examples=batch_examples, deadline=None, database=database, stateful_step_count=20,
             phases=[Phase.explicit, Phase.reuse, Phase.generate],
@@ -168,9 +171,6 @@ def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budge
                 raise
             result.violation = found[0]
         batch += 1
-        if result.violation is not None:
-            return
-        between()
         if result.violation is not None:
             return
 
@@ -198,7 +198,8 @@ def directed_round(director: Director, factory: SutFactory, check_mode: str, out
     kept, then the round's. Keep the first violation in `result`, recorded like the
     machine's, and save its workload in the database."""
     saved = [] if director.round else sorted(database.fetch(DIRECTED_KEY))
-    for w, windows in [(workload_from_json(json.loads(v)), Counter()) for v in saved] + director.next_round():
+    replays = [(workload_from_json(json.loads(v)), Counter()) for v in saved]
+    for w, windows in replays + director.next_round(stats.deadline):
         StopRequest.check()
         if stats.deadline is not None and time.monotonic() >= stats.deadline:
             return

@@ -15,6 +15,7 @@ seed and round number.
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
@@ -30,10 +31,12 @@ from model.simulate import model_steps
 from model.state import PREEMPTED, RUNNING, WAITING, SchedState
 from model.workload import RequestSpec, Workload
 
-WINDOWS = ("preempt+futile", "guard+recorded", "guard+held", "guard+cleared", "bypass+limit", "bypass+again",
+WINDOWS = ("preempt+futile", "guard+recorded", "guard+held", "guard+cleared", "guard+after-clear", "bypass+limit",
+           "bypass+again",
            "abort+preempted", "preempt+shared-pages", "victim+skipped", "resume+restore", "preempt+again")
 MAX_POOL = 256     # pool sizes tried stay small: contention, and fast runs
 MAX_STEPS = 200    # model steps read per candidate
+FOLLOW_UPS = 4     # variants drawn after each readmission moment
 
 
 @dataclass
@@ -42,11 +45,14 @@ class Moments:
     where a request starts a step preempted; (request, step, first, end) where a
     running request holds prompt pages first..end-1 privately, not yet published
     (the ones before are); steps where a waiting request is skipped while another
-    is admitted."""
+    is admitted; (request, step) where a request's admission dropped its guard
+    entries or reset its bypass count (what it does when it waits again is a
+    rare window)."""
 
     preempted: list[tuple[int, int]] = field(default_factory=list)
     prefilling: list[tuple[int, int, int, int]] = field(default_factory=list)
     skipping: list[int] = field(default_factory=list)
+    readmitted: list[tuple[int, int]] = field(default_factory=list)
     states: dict[int, SchedState] = field(default_factory=dict)   # the state at the start of each step
 
 
@@ -57,6 +63,7 @@ def windows_of(w: Workload) -> tuple[Counter, Moments]:
     moments = Moments()
     reset: set[int] = set()          # requests whose bypass count went back to 0 on admission
     ever_preempted: set[int] = set()
+    cleared: set[int] = set()        # requests whose guard entries were dropped on admission
     for before, events, after in model_steps(w, MAX_STEPS):
         came_in = {rid[e.rid] for e in events if e.kind in ("admit", "resume")}
         holders = dict(before.cache)
@@ -66,6 +73,7 @@ def windows_of(w: Workload) -> tuple[Counter, Moments]:
                 by = rid[e.args[0]]
                 opened["preempt+futile"] += by not in came_in
                 opened["preempt+again"] += i in ever_preempted
+                opened["guard+after-clear"] += by in cleared
                 ever_preempted.add(i)
                 opened["preempt+shared-pages"] += any(p is not None and holders.get(p, 0) > 1
                                                       for p in before.reqs[i].pages)
@@ -82,9 +90,13 @@ def windows_of(w: Workload) -> tuple[Counter, Moments]:
                                     if before.reqs[i].status in (WAITING, PREEMPTED) and i not in came_in
                                     and before.free_count(cfg.planes) == budget)
         opened["guard+cleared"] += sum(1 for i, _ in before.guard if i in came_in)
+        for i in sorted({i for i, _ in before.guard if i in came_in}):
+            cleared.add(i)
+            moments.readmitted.append((i, after.step))
         for i, (r0, r1) in enumerate(zip(before.reqs, after.reqs, strict=True)):
             if r0.bypasses > 0 and r1.bypasses == 0:
                 reset.add(i)
+                moments.readmitted.append((i, after.step))
             elif r1.bypasses > r0.bypasses and i in reset:
                 opened["bypass+again"] += 1
             if r1.status == WAITING and r1.bypasses >= cfg.max_bypasses > r0.bypasses:
@@ -128,6 +140,35 @@ def variants(w: Workload, moments: Moments, rng: random.Random, shape: Shape = D
         small = [RequestSpec(f"r{len(w.requests) + k}", (rng.randrange(VOCAB),), 1, arrival=t + k, priority=calm)
                  for k in range(rng.randint(2, 4))]
         out.append(_added(w, *small))
+    return out
+
+
+def readmission_variants(w: Workload, moments: Moments, rng: random.Random, shape: Shape) -> list[Workload]:
+    """After up to two moments where a request's admission dropped its guard
+    entries or reset its bypass count, FOLLOW_UPS variants each with follow-up
+    arrivals (`follow_ups`)."""
+    picked = rng.sample(moments.readmitted, min(2, len(moments.readmitted)))
+    return [_added(w, *follow_ups(w, moments.states[t], i, rng, shape.priorities == ON))
+            for i, t in picked for _ in range(FOLLOW_UPS)]
+
+
+def follow_ups(w: Workload, state: SchedState, i: int, rng: random.Random, varied: bool) -> list[RequestSpec]:
+    """Requests arriving within a few steps after `state`'s step, where request i
+    was just admitted: one more urgent than i, sized to fit only if i's pages
+    are freed (it can push i back to preempted), then one or two small less
+    urgent ones, each at most i's size (they can be admitted past i, and i can
+    preempt them)."""
+    cfg, bs, t = w.config, w.config.block_size, state.step
+    base = w.requests[i].priority
+    spare = max(0, state.free_count(cfg.planes) - cfg.watermark_blocks) // cfg.planes
+    pages = rng.randint(spare + 1, spare + max(1, len(state.reqs[i].pages)))
+    prompt = tuple(rng.randrange(VOCAB) for _ in range(max(1, pages * bs - rng.randrange(bs))))
+    urgent_at = t + rng.randint(0, 2)
+    out = [RequestSpec(f"r{len(w.requests)}", prompt, 1, arrival=urgent_at, priority=base - 1 if varied else base)]
+    for k in range(rng.randint(1, 2)):
+        small = tuple(rng.randrange(VOCAB) for _ in range(rng.randint(1, bs * max(1, len(state.reqs[i].pages)))))
+        out.append(RequestSpec(f"r{len(w.requests) + 1 + k}", small, rng.randint(1, 4),
+                               arrival=urgent_at + rng.randint(1, 3), priority=base + 1 if varied else base))
     return out
 
 
@@ -213,8 +254,8 @@ def window_workloads(configs: st.SearchStrategy[Config], max_prompt: int,
 
 
 class Director:
-    """Rounds of window-directed candidates, drawn in turn from each config
-    strategy given; `seen` counts the windows opened by the candidates handed out
+    """Rounds of window-directed candidates, drawn in equal shares from each
+    config strategy given; `seen` counts the windows opened by the candidates handed out
     so far (each window once per candidate)."""
 
     def __init__(self, configs: list[st.SearchStrategy[Config]], max_prompt: int, seed: int,
@@ -225,24 +266,30 @@ class Director:
         self.rng = random.Random(seed)
         self.seen: Counter = Counter()
 
-    def next_round(self) -> list[tuple[Workload, Counter]]:
+    def next_round(self, deadline: float | None = None) -> list[tuple[Workload, Counter]]:
         """The candidates of the next round to run on the system, with the windows
-        each opens: of the drawn workloads, their trace-guided variants and each at
-        the tightest pools, the `runs` whose rarest window has been seen least (ties
-        in draw order)."""
-        strategy = self.strategies[self.round % len(self.strategies)]
-        drawn = draw_workloads(strategy, self.seed * 7919 + self.round, self.per_round)
+        each opens: of the drawn workloads, their trace-guided variants, each at
+        the tightest pools, and the readmission variants of all those, the `runs`
+        whose rarest window has been seen least (ties in draw order). Past the
+        `deadline` (time.monotonic()) it stops and returns none: a round is either
+        whole or not run."""
+        share = -(-self.per_round // len(self.strategies))
+        drawn = [w for k, strategy in enumerate(self.strategies)
+                 for w in draw_workloads(strategy, self.seed * 7919 + self.round * 31 + k, share)]
         self.round += 1
         found: list[tuple[Workload, Counter]] = []
         for w in drawn:
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
             opened, moments = windows_of(w)
             for variant in [w] + variants(w, moments, self.rng, self.shape):
                 for candidate in [variant] + pool_sizes(variant):
                     if self.shape.oversized == OFF and any(never_fits(r, candidate.config) for r in candidate.requests):
                         continue    # the shape promises only requests that fit the pool
-                    windows = opened if candidate is w else windows_of(candidate)[0]
-                    if windows:
-                        found.append((candidate, windows))
+                    windows, later = (opened, moments) if candidate is w else windows_of(candidate)
+                    followed = [(f, windows_of(f)[0]) for f in readmission_variants(candidate, later, self.rng,
+                                                                                    self.shape)]
+                    found += [(c, o) for c, o in [(candidate, windows)] + followed if o]
         chosen = []
         for _ in range(min(self.runs, len(found))):
             best = min(range(len(found)), key=lambda k: min(self.seen[name] for name in found[k][1]))

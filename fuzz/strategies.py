@@ -110,6 +110,7 @@ def configs(draw: st.DrawFn, **fixed: Any) -> Config:
         snapshots=pick("snapshots", st.booleans()),
         max_bypasses=pick("max_bypasses", st.integers(0, 4)),
         watermark_blocks=pick("watermark_blocks", st.integers(0, max(0, num_blocks // 4))),
+        resume_watermark=pick("resume_watermark", st.booleans()),
     )
     return Config(**{**values, **fixed})
 

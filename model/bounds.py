@@ -5,7 +5,7 @@ Preemptions (guarded policy, upfront allocation, no prefix caching): the
 obligation `preemption-pairs` proves, over the whole symbolic step from any
 state of the drain invariant, that each preemption is made by a strictly more
 urgent request admitted in the same step, one victim per requester's turn.
-Counting admissions per priority level on that fact gives the bound below
+Pairing preemptions with those admissions level by level gives the bound below
 (docs/bounds.md). Drain itself is proved with no step bound (`drain`); no
 closed-form bound on drain steps is claimed.
 """
@@ -17,18 +17,14 @@ from itertools import groupby
 from model.workload import Workload
 
 
-def admission_bounds(workload: Workload) -> list[int]:
-    """A_l, admissions (fresh or resumed) per priority level, most urgent first:
-    A_l <= n_l + sum(A_j for more urgent j)."""
-    levels = [len(list(g)) for _, g in groupby(sorted(r.priority for r in workload.requests))]
-    bounds: list[int] = []
-    for n in levels:
-        bounds.append(n + sum(bounds))
-    return bounds
-
-
 def preemption_bound(workload: Workload) -> int | None:
-    """Most preemptions in any run of the workload, or None outside the proved class."""
+    """Most preemptions in any run of the workload, or None outside the proved class.
+
+    With N_k the requests at the k most urgent priority levels (L levels): the
+    preemptions of requests at the k most urgent levels pair one to one with
+    admissions at the k-1 most urgent, each of which is a fresh admission or
+    follows a preemption there, so they number at most N_1 + ... + N_(k-1); for
+    k = L that is the bound (docs/bounds.md)."""
     cfg = workload.config
     if cfg.allocation != "upfront":
         return None                      # growth preemptions: no bound proved
@@ -36,7 +32,12 @@ def preemption_bound(workload: Workload) -> int | None:
         return 0
     if cfg.preemption_policy != "guarded" or cfg.prefix_caching:
         return None
-    return sum(admission_bounds(workload)) - len(workload.requests)
+    levels = [len(list(g)) for _, g in groupby(sorted(r.priority for r in workload.requests))]
+    bound = more_urgent = 0
+    for n in levels[:-1]:
+        more_urgent += n
+        bound += more_urgent
+    return bound
 
 
 def work_units(workload: Workload) -> list[int]:

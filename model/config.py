@@ -50,6 +50,7 @@ class Config:
     allocation: str = "upfront"
     snapshots: bool = True
     max_bypasses: int = 4
+    resume_watermark: bool = True
     vocab_size: int = 64
     model_seed: int = 0
 
@@ -59,7 +60,7 @@ class Config:
             _check_int(name, getattr(self, name), 1)
         for name in ("watermark_blocks", "max_bypasses", "model_seed"):
             _check_int(name, getattr(self, name), 0)
-        for name in ("wcpb", "priority_preemption", "prefix_caching", "snapshots"):
+        for name in ("wcpb", "priority_preemption", "prefix_caching", "snapshots", "resume_watermark"):
             if not isinstance(getattr(self, name), bool):
                 raise WorkloadError(f"config.{name}: must be true or false, got {json.dumps(getattr(self, name))}")
         for name, allowed in (("execution", EXECUTIONS), ("preemption_policy", POLICIES),

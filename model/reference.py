@@ -252,15 +252,16 @@ class _Step:
     def slots_full(self) -> bool:
         return len(self.running_now) >= self.cfg.max_num_seqs
 
-    def fits(self, i: int, plan: Plan, active: bool) -> bool:
-        """Slots, and blocks: free - cache-only pages the hits reuse - watermark
-        (while active) must cover the private pages."""
+    def fits(self, i: int, plan: Plan, watermark: bool) -> bool:
+        """Slots, and blocks: free - cache-only pages the hits reuse - the
+        watermark (when it binds, see `schedule_waiting`) must cover the private
+        pages."""
         if self.slots_full():
             return False
         hit_cache_only = sum(1 for k in range(plan.hits)
                              if self.cache.get(self.prompt_hash(i, k)) == 0)
         available = self.free_count() - self.planes * hit_cache_only
-        if active:
+        if watermark:
             available -= self.cfg.watermark_blocks
         return available >= self.planes * (plan.pages - plan.hits)
 
@@ -375,7 +376,7 @@ class _Step:
                     bypasses = self.reqs[j].bypasses + self.fresh_admissions - before
                     self.reqs[j] = replace(self.reqs[j], bypasses=bypasses)
 
-    def choose_victim(self, i: int, active: bool) -> int | None:
+    def choose_victim(self, i: int, watermark: bool) -> int | None:
         """Priority preemption for waiting request i: None means do not preempt."""
         urgency = self.specs[i].priority
         guarded = self.cfg.preemption_policy == "guarded"
@@ -386,37 +387,41 @@ class _Step:
             return cands[0] if cands else None
         running = frozenset(self.running())
         for v in cands:
-            if self.preflight(i, v, running - {v}, active):
+            if self.preflight(i, v, running - {v}, watermark):
                 return v
         return None
 
-    def preflight(self, i: int, v: int, others: frozenset[int], active: bool) -> bool:
+    def preflight(self, i: int, v: int, others: frozenset[int], watermark: bool) -> bool:
         """Guarded check: would i fit once v is preempted, counting prefix pages that
         other running requests are still prefilling as hits (optimistic)?"""
         saved = (self.reqs[v], self.free, dict(self.cache), self.cache_only)
         self.set_status(v, replace(self.reqs[v], status=PREEMPTED))
         self.release(v)
         plan = self.plan(i, pending_from=others)
-        ok = plan is not None and self.fits(i, plan, active)
+        ok = plan is not None and self.fits(i, plan, watermark)
         self.set_status(v, saved[0])
         self.free, self.cache, self.cache_only = saved[1:]
         return ok
 
     def schedule_waiting(self, i: int, active: bool) -> None:
+        """Admit waiting or preempted request i if it fits, maybe after one
+        preemption. The watermark binds while something was active, for a fresh
+        admission always and for a resumption only with `resume_watermark`."""
         fresh = self.reqs[i].status == WAITING
+        watermark = active and (fresh or self.cfg.resume_watermark)
         plan = self.plan(i)
         if (plan is None or not self.stage_allows(self.kind_of(i, plan))
                 or (fresh and self.bypass_blocked())):
             self.skip((i,))
             return
-        admitted = self.fits(i, plan, active)
+        admitted = self.fits(i, plan, watermark)
         if not admitted and self.cfg.priority_preemption:
             budget = self.free_count()
-            victim = self.choose_victim(i, active)
+            victim = self.choose_victim(i, watermark)
             if victim is not None:
                 self.preempt(victim, by=i)
                 plan = self.plan(i)
-                admitted = plan is not None and self.fits(i, plan, active)
+                admitted = plan is not None and self.fits(i, plan, watermark)
                 if not admitted and self.cfg.preemption_policy == "guarded":
                     self.guard.add((i, budget))
         if not admitted:

@@ -22,7 +22,8 @@ class Ctx:
     num_blocks: z3.ArithRef
     slots: z3.ArithRef          # max_num_seqs
     watermark: z3.ArithRef
-    active: z3.BoolRef          # something ran at the start of the step
+    active: z3.BoolRef          # the watermark binds (something ran at the start of the step; for a
+                                # resumption only with resume_watermark)
     running: tuple[z3.BoolRef, ...]
     pages: z3.ArithRef          # pages w must hold (upfront: its lifetime pages)
     hit_limit: int              # H: prompt pages that may hit

@@ -161,6 +161,10 @@ def targets(s: SymState, s1: SymState, w: SymWorkload, c: SymConfig, ins: StepIn
                                for i in range(K)]),
         "watermark": z3.Or([z3.And(waiting[i], z3.Or(running), s.free - c.watermark < w.need[i],
                                    s.free >= w.need[i]) for i in range(K)]),
+        "resume into the watermark": z3.Or([z3.And(s.status[i] == bmc.PREEMPTED, z3.Or(running), no_abort,
+                                                   z3.Not(z3.Or([h for h, _, _ in pre] + [False])),
+                                                   s.free - c.watermark < w.need[i], s.free >= w.need[i],
+                                                   s1.status[i] == bmc.RUNNING) for i in range(K)]),
         "abort": z3.Or([z3.And(ins.aborts[i], running[i]) for i in range(K)]),
         "stop token": z3.Or([z3.And(ins.stops[i], s1.status[i] == FINISHED, s.status[i] != FINISHED,
                                     s1.generated[i] < w.max_tokens[i]) for i in range(K)]),
@@ -220,13 +224,14 @@ def solved_states(cfg: Config, K: int) -> list[tuple[str, Workload, SchedState]]
 
 
 def binding_configs() -> list[Config]:
-    """Every mode combination under both policies, layouts alternating."""
+    """Every mode combination under both policies, layouts alternating, and
+    resumptions kept out of the watermark or let into it in turn."""
     out = []
     for k, modes in enumerate(MODES):
-        for policy in ("guarded", "unguarded"):
+        for n, policy in enumerate(("guarded", "unguarded")):
             out.append(Config(**SIZES, **modes, priority_preemption=True, preemption_policy=policy,
                               kv_layout="shared" if k % 2 else "last_exited", allocation="upfront",
-                              prefix_caching=False))
+                              prefix_caching=False, resume_watermark=(k + n) % 2 == 0))
     return out
 
 
@@ -279,6 +284,7 @@ def admission_disagreement(w: Workload, state: SchedState, tally: dict[str, int]
         plan = sim.plan(i)
         if r.status not in (WAITING, PREEMPTED) or plan is None:
             continue
+        watermark = active and (r.status == WAITING or cfg.resume_watermark)   # the step encoding's rule
         P, bs = len(w.requests[i].prompt), cfg.block_size
         H = (P - 1) // bs
         mine = [page_hash(w.requests[i].prompt[: (k + 1) * bs]) for k in range(H)]
@@ -293,13 +299,13 @@ def admission_disagreement(w: Workload, state: SchedState, tally: dict[str, int]
                        if p is None and (k + 1) * bs <= len(w.requests[j].prompt)}
             ctx = adm.Ctx(planes=z3.IntVal(cfg.planes), num_blocks=z3.IntVal(cfg.num_blocks),
                           slots=z3.IntVal(cfg.max_num_seqs), watermark=z3.IntVal(cfg.watermark_blocks),
-                          active=z3.BoolVal(active), running=running, pages=z3.IntVal(plan.pages),
+                          active=z3.BoolVal(watermark), running=running, pages=z3.IntVal(plan.pages),
                           hit_limit=H, pend=tuple(z3.BoolVal(h in pending) for h in mine))
             if v is None:
-                enc, want, rule = z3.is_true(z3.simplify(adm.fits(kv, ctx))), sim.fits(i, plan, active), "admission"
+                enc, want, rule = z3.is_true(z3.simplify(adm.fits(kv, ctx))), sim.fits(i, plan, watermark), "admission"
             else:
                 enc = z3.is_true(z3.simplify(adm.preflight(kv, ctx, v)))
-                want, rule = sim.preflight(i, v, pend_from, active), "guarded preflight"
+                want, rule = sim.preflight(i, v, pend_from, watermark), "guarded preflight"
                 tally["preflight rejections"] += not want
                 tally["prefix hits in preflight"] += sim.hit_pages(i, pend_from) > 0
             tally[rule] += 1

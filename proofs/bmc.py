@@ -37,6 +37,7 @@ class SymConfig:
     num_loops: z3.ArithRef
     max_bypasses: z3.ArithRef
     watermark: z3.ArithRef
+    resume_watermark: z3.BoolRef
     execution: str
     wcpb: bool
     priority_preemption: bool
@@ -51,14 +52,16 @@ class SymConfig:
         """A concrete config; `watermark` replaces the config's when given."""
         sizes = {name: z3.IntVal(getattr(cfg, name)) for name in SymConfig.SIZES}
         return SymConfig(**sizes, watermark=z3.IntVal(cfg.watermark_blocks) if watermark is None else watermark,
-                         **modes_of(cfg))
+                         resume_watermark=z3.BoolVal(cfg.resume_watermark), **modes_of(cfg))
 
     @staticmethod
     def unknown(modes: dict[str, object]) -> tuple[SymConfig, list[z3.BoolRef]]:
         """Every size an unknown within the config's own validation (>= 1; the
-        watermark and bypass limit >= 0, the watermark below num_blocks)."""
+        watermark and bypass limit >= 0, the watermark below num_blocks), and
+        whether resumptions keep the watermark an unknown too."""
         sizes = {name: z3.Int(name) for name in SymConfig.SIZES}
-        sc = SymConfig(**sizes, watermark=z3.Int("watermark_blocks"), **modes)  # type: ignore[arg-type]
+        sc = SymConfig(**sizes, watermark=z3.Int("watermark_blocks"),  # type: ignore[arg-type]
+                       resume_watermark=z3.Bool("resume_watermark"), **modes)
         facts = [x >= (0 if name == "max_bypasses" else 1) for name, x in sizes.items()]
         facts += [sc.watermark >= 0, sc.watermark < sc.num_blocks]
         return sc, facts
@@ -298,13 +301,14 @@ class Pass:
         blocked = z3.And(fresh, z3.Or([z3.And(self.skipped[j], byp[j] >= c.max_bypasses)
                                        for j in range(i)] + [z3.BoolVal(False)]))
         eligible = z3.And(waiting, a_cost >= 1, a_cost <= budget, self.stage_ok(a_kind), z3.Not(blocked))
-        fits_now = z3.And(running_now < c.max_num_seqs, self.free - self.wm >= needs[i])
+        wm = z3.If(z3.Or(fresh, c.resume_watermark), self.wm, 0)   # a resumption may be let into the watermark
+        fits_now = z3.And(running_now < c.max_num_seqs, self.free - wm >= needs[i])
         self.wanted[i] = z3.And(eligible, z3.Not(fits_now))
         victim: z3.ArithRef = z3.IntVal(-1)
         for j in range(i + 1, w.K):   # least urgent (largest index) last, so it wins
             cand = z3.And(st[j] == RUNNING, w.priority[j] > w.priority[i])
             if c.preemption_policy == "guarded":
-                cand = z3.And(cand, running_now - 1 < c.max_num_seqs, self.free + needs[j] - self.wm >= needs[i])
+                cand = z3.And(cand, running_now - 1 < c.max_num_seqs, self.free + needs[j] - wm >= needs[i])
             victim = z3.If(cand, j, victim)
         preempts = z3.And(eligible, z3.Not(fits_now), victim >= 0) if c.priority_preemption \
             else z3.BoolVal(False)
@@ -318,7 +322,7 @@ class Pass:
                 f[j] = z3.If(hit, 0, f[j])
                 g[j] = z3.If(hit, 0, g[j])
             st[j] = z3.If(hit, PREEMPTED, st[j])
-        fits_after = z3.And(running_now - z3.If(preempts, 1, 0) < c.max_num_seqs, self.free - self.wm >= needs[i])
+        fits_after = z3.And(running_now - z3.If(preempts, 1, 0) < c.max_num_seqs, self.free - wm >= needs[i])
         admit = z3.And(eligible, fits_after)
         self.admitted[i] = z3.Or(self.admitted[i], admit)
         for j in range(i):

@@ -20,11 +20,13 @@ from model.events import Event
 from model.simulate import Counters
 from model.workload import InputSchedule, RequestSpec, Workload
 from sut.protocol import (
+    Internals,
     Observation,
     ProtocolError,
     SutFactory,
     SystemUnderTest,
     check_events,
+    check_internals,
     check_observation,
     check_sut,
 )
@@ -158,6 +160,10 @@ class Driver:
                                  step=self.t))
         for c in self.checks:
             self._run_check(lambda c=c: c.at_end(self, self.obs))
+
+    def internals(self) -> Internals:
+        """The SUT's `Internals` now (only for SUTs whose capabilities say internals)."""
+        return check_internals(self._call("internals", self.sut.internals))  # type: ignore[attr-defined]
 
     # ----- records -----------------------------------------------------------------------
     def workload(self) -> Workload:

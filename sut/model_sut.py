@@ -7,9 +7,9 @@ from model.events import Event, RequestOutput
 from model.invariants import state_violations
 from model.reference import index_of, step
 from model.simulate import WorkloadEnv, fold_outputs
-from model.state import SchedState, initial_state, with_requests
+from model.state import PREEMPTED, RUNNING, SchedState, initial_state, with_requests
 from model.workload import RequestSpec, Workload
-from sut.protocol import Capabilities, Observation
+from sut.protocol import Capabilities, Internals, Observation
 
 
 class ModelSUT:
@@ -23,7 +23,7 @@ class ModelSUT:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
-                                         semantics="loopcheck")
+                                         semantics="loopcheck", internals=True)
         self.env = WorkloadEnv(Workload(cfg, ()))
         self._state: SchedState = initial_state(cfg.num_blocks, 0)
         self.outputs: dict[str, RequestOutput] = {}
@@ -58,3 +58,14 @@ class ModelSUT:
                            outputs=self.outputs,
                            unfinished=bool(index.live or index.pending),
                            state_key=(s.reqs, s.free, s.cache, s.guard))
+
+    def internals(self) -> Internals:
+        """The guard, the bypass counts of waiting and preempted requests, and the
+        snapshots: with snapshots on, every preempted request keeps one."""
+        s, specs = self.state, self.env.workload.requests
+        index = index_of(specs, s.reqs)
+        queued = [i for i in index.live if s.reqs[i].status != RUNNING]
+        return Internals(guard=frozenset((specs[i].rid, budget) for i, budget in s.guard),
+                         bypasses={specs[i].rid: s.reqs[i].bypasses for i in queued},
+                         snapshots=frozenset(specs[i].rid for i in queued
+                                             if self.cfg.snapshots and s.reqs[i].status == PREEMPTED))

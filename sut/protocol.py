@@ -7,7 +7,11 @@ verbs:
 - `abort(rid)`: abort it at the start of the next step (ignored once finished);
 - `step()`: run one scheduler step and return its events, a list of
   `model.events.Event` in the vocabulary of model/events.py;
-- `observe()`: an `Observation` of what the SUT can report.
+- `observe()`: an `Observation` of what the SUT can report;
+
+and, where `capabilities.internals` says so, a fifth: `internals()`, the
+`Internals` behind rules the events do not show (the futility guard, bypass counts,
+CPU snapshots), read only by the checks that need them.
 
 It also carries `capabilities`, saying what it reports and claims, so that each
 check runs only where its inputs exist, and the report says which did not run.
@@ -48,6 +52,8 @@ class Capabilities:
     pinned: config fields the SUT supports only at these values (for example
       {"num_loops": 1} for a non-looped engine); loopcheck draws configs with them
       and refuses workloads that contradict them.
+    internals: the SUT has an `internals()` verb returning `Internals` (with
+      semantics "loopcheck": the documented rules on them are checked).
     """
 
     kv: bool = False
@@ -57,6 +63,7 @@ class Capabilities:
     priorities: bool = False
     semantics: str | None = None
     pinned: dict[str, Any] = field(default_factory=dict)
+    internals: bool = False
 
 
 @dataclass
@@ -77,6 +84,22 @@ class Observation:
     fingerprints: dict[str, str] = field(default_factory=dict)
     unfinished: bool = False
     state_key: Hashable | None = None
+
+
+@dataclass(frozen=True)
+class Internals:
+    """Scheduler state, after a step, that docs/semantics.md has rules about and
+    events do not show.
+
+    guard: the futility guard's (request, free-block budget) entries.
+    bypasses: per waiting or preempted request, how often a less urgent request
+      was freshly admitted past it since it last ran.
+    snapshots: the requests holding a CPU snapshot.
+    """
+
+    guard: frozenset[tuple[str, int]] = frozenset()
+    bypasses: dict[str, int] = field(default_factory=dict)
+    snapshots: frozenset[str] = frozenset()
 
 
 class SystemUnderTest(Protocol):
@@ -133,3 +156,9 @@ def check_observation(obs: object) -> Observation:
     if not isinstance(obs, Observation):
         raise ProtocolError("observe returns an Observation", f"got {type(obs).__name__}")
     return obs
+
+
+def check_internals(found: object) -> Internals:
+    if not isinstance(found, Internals):
+        raise ProtocolError("internals returns an Internals", f"got {type(found).__name__}")
+    return found

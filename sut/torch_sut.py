@@ -5,7 +5,7 @@ from __future__ import annotations
 from model.config import Config
 from model.events import Event
 from model.workload import RequestSpec
-from sut.protocol import Capabilities, Observation
+from sut.protocol import Capabilities, Internals, Observation
 
 
 class TorchSUT:
@@ -17,7 +17,8 @@ class TorchSUT:
 
         self.engine = LLMEngine(cfg, batch_invariant)
         self.capabilities = Capabilities(kv=True, state_key=True, fingerprints=True,
-                                         priorities=cfg.priority_preemption, semantics="loopcheck")
+                                         priorities=cfg.priority_preemption, semantics="loopcheck",
+                                         internals=True)
 
     def add(self, spec: RequestSpec) -> None:
         self.engine.add_request(spec)
@@ -32,3 +33,11 @@ class TorchSUT:
         e = self.engine
         return Observation(blocks_held=e.blocks_held(), kv_errors=e.conservation_errors(), outputs=e.outputs(),
                            fingerprints=e.fingerprints(), unfinished=e.has_unfinished(), state_key=e.state_key())
+
+    def internals(self) -> Internals:
+        from engine.sequence import PREEMPTED, WAITING
+
+        sched = self.engine.scheduler
+        return Internals(guard=frozenset(sched.guard),
+                         bypasses={s.rid: s.bypasses for s in sched.seqs if s.status in (WAITING, PREEMPTED)},
+                         snapshots=frozenset(s.rid for s in sched.seqs if s.snapshot is not None))

@@ -57,6 +57,17 @@ def test_unguarded_example_has_a_lasso_and_guarded_drains_within_the_preemption_
     assert good.worst_preemptions <= preemption_bound(good_w)
 
 
+def test_the_preemption_bound_is_reached() -> None:
+    """Three requests at three levels (bound 1 + 2): the explorer's worst run
+    preempts exactly that often, so the bound is tight."""
+    w = workload(req("a", 5, 1, priority=2), req("b", 6, 2, priority=1, arrival=1),
+                 req("c", 1, 1, priority=0, arrival=4), num_blocks=4, block_size=2, num_loops=1,
+                 allocation="upfront", max_num_batched_tokens=4, prefill_chunk_size=2, priority_preemption=True,
+                 preemption_policy="guarded", watermark_blocks=0)
+    assert preemption_bound(w) == 3
+    assert analyse(explore(w, spread=0)).worst_preemptions == 3
+
+
 def test_state_cap_is_reported_loudly(capsys, tmp_path) -> None:
     ex = explore(load_workload(EXAMPLES / "livelock.json"), max_states=10)
     assert not ex.complete

@@ -125,12 +125,8 @@ def test_mutant_watermark_ignored(monkeypatch) -> None:
 
     original = Scheduler.room_for
 
-    def room_for(self, adm, free_blocks, running, cache_only):
-        saved, self.was_active = self.was_active, False
-        try:
-            return original(self, adm, free_blocks, running, cache_only)
-        finally:
-            self.was_active = saved
+    def room_for(self, adm, free_blocks, running, cache_only, watermark):
+        return original(self, adm, free_blocks, running, cache_only, False)
 
     v = find([(Scheduler, "room_for", room_for)], st.just(replace(CONTENDED, watermark_blocks=4)), monkeypatch)
     assert v.prop == "conformance"

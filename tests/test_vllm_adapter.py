@@ -49,7 +49,8 @@ def test_a_fitting_workload_drains_with_every_property_held() -> None:
     assert run.driver.skipped == {"priority-waiting": "the system claims no priority preemption "
                                                       "(capabilities.priorities)",
                                   "futile-preemption": "the system does not claim loopcheck's semantics (its "
-                                                       "guarded preflight)"}
+                                                       "guarded preflight)",
+                                  "rules": "the system does not claim loopcheck's semantics"}
     events = [e for evs in run.driver.trace for e in evs]
     assert ("admit", "b", (1,)) in [(e.kind, e.rid, e.args) for e in events]     # a prefix-cache hit
     assert run.observation.outputs["a"].finish_reason == "length"

@@ -1,0 +1,181 @@
+"""The documented scheduling rules that events alone do not settle, checked on a
+system's trace and its reported internals (docs/semantics.md): the bypass count
+and limit, the futility guard, one victim per turn, CPU snapshots."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from checks.base import Check, Violation
+from model.config import Config
+from model.events import Event
+from sut.protocol import Capabilities, Internals, Observation
+from sut.view import AFTER, PREEMPTED, RUNNING, SUBMITTED, WAITING
+
+if TYPE_CHECKING:
+    from sut.driver import Driver
+
+QUEUED = (WAITING, PREEMPTED)
+
+
+def turn_preemptions(events: list[Event], before: dict[str, str]) -> list[Event]:
+    """The preemptions a step's waiting or preempted requests made on their turn
+    (not a running request growing into pages): those whose requester, by the
+    events so far in the step, is not running (a request preempted earlier in the
+    step can preempt on its later turn)."""
+    status = dict(before)
+    out = []
+    for e in events:
+        if e.kind == "preempt" and e.args[0] != e.rid and status.get(e.args[0], SUBMITTED) != RUNNING:
+            out.append(e)
+        status[e.rid] = AFTER.get(e.kind, status.get(e.rid, SUBMITTED))
+    return out
+
+
+class DocumentedRules(Check):
+    """For systems that claim loopcheck's semantics, every step:
+
+    - one victim per turn: a waiting or preempted request preempts at most one
+      request in a step;
+    - victim order: the least urgent eligible running request is preempted (for
+      a running request growing into pages, and for a waiting one under the
+      unguarded policy; under guarded the preflight may pass over victims);
+    - bypass limit: a fresh admission comes only while no request skipped earlier
+      in the pass (a waiting or preempted request that the step leaves waiting or
+      preempted, more urgent than the admitted one, not a request that preempted
+      itself) has been bypassed `max_bypasses` times; each such request gains one
+      bypass per fresh admission past it and goes back to 0 when admitted or
+      resumed (the counts are folded from the events).
+
+    Where the system reports its internals (capabilities.internals), also:
+    - the reported bypass counts are those folded from the events;
+    - the futility guard: a preemption whose requester the step does not admit
+      adds a guard entry for that requester (under guarded; a repeat at a budget
+      the guard holds adds none, and is the futile repetition the guard forbids);
+      entries appear only so, and those of a request go exactly when it is
+      admitted or resumed; the unguarded policy keeps none;
+    - CPU snapshots: with snapshots on, exactly the preempted requests hold one;
+      without, none does (so nothing is held by a finished request)."""
+
+    name = "rules"
+
+    def __init__(self) -> None:
+        self.bypasses: Counter[str] = Counter()
+        self.internals: Internals = Internals()
+        self.reported = False
+
+    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
+        if caps.semantics != "loopcheck":
+            return "the system does not claim loopcheck's semantics"
+        self.reported = caps.internals
+        return None
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        view, cfg = driver.view, driver.cfg
+        before = view.before
+        self._one_victim_per_turn(events, before)
+        self._victim_order(driver, events, before)
+        self._fold_bypasses(driver, events, before)
+        if not self.reported:
+            return
+        now = driver.internals()
+        status = {rid: r.status for rid, r in view.open.items()}
+        queued = {rid for rid, s in status.items() if s in QUEUED}
+        counted = {rid: self.bypasses[rid] for rid in queued}
+        told = {rid: now.bypasses.get(rid, 0) for rid in queued}
+        if counted != told:
+            wrong = sorted(rid for rid in queued if counted[rid] != told[rid])
+            raise Violation("bypass-count", "bypass counts reported " + ", ".join(
+                f"{rid}={told[rid]}" for rid in wrong) + ", documented " + ", ".join(
+                f"{rid}={counted[rid]}" for rid in wrong))
+        self._guard(events, before, self.internals.guard, now.guard, cfg)
+        preempted = {rid for rid, s in status.items() if s == PREEMPTED} if cfg.snapshots else set()
+        if set(now.snapshots) != preempted:
+            extra, missing = sorted(set(now.snapshots) - preempted), sorted(preempted - set(now.snapshots))
+            mode = "on" if cfg.snapshots else "off"
+            raise Violation("snapshots", f"CPU snapshots held by {', '.join(extra) or 'nobody else'}, missing for "
+                                         f"{', '.join(missing) or 'nobody'} (snapshots {mode}: exactly the "
+                                         "preempted requests hold one)")
+        self.internals = now
+
+    @staticmethod
+    def _one_victim_per_turn(events: list[Event], before: dict[str, str]) -> None:
+        turns = Counter(e.args[0] for e in turn_preemptions(events, before))
+        for by, count in turns.items():
+            if count > 1:
+                raise Violation("one-victim", f"{by} preempted {count} requests in one step; a waiting request "
+                                              "preempts one victim per turn")
+
+    @staticmethod
+    def _victim_order(driver: Driver, events: list[Event], before: dict[str, str]) -> None:
+        """The least urgent eligible running request is the victim: for a running
+        request growing, the one with the largest key above its own (else itself);
+        for a waiting one under the unguarded policy, the one with the largest key
+        among those of a larger priority value. (Every such request is visited
+        after the requester, so none is in the batch yet; under guarded, which
+        victim the preflight passes depends on block counts in mid-pass.)"""
+        spec = {rid: r.spec for rid, r in driver.view.requests.items()}
+        unguarded = driver.cfg.preemption_policy == "unguarded"
+        status = dict(before)
+        for e in events:
+            by = e.args[0] if e.kind == "preempt" else None
+            if by is not None and by in spec:
+                running = [rid for rid, s in status.items() if s == RUNNING and rid != by]
+                if status.get(by) == RUNNING:
+                    eligible = [rid for rid in running if spec[rid].key > spec[by].key]
+                    expected = max(eligible, key=lambda rid: spec[rid].key) if eligible else by
+                elif unguarded:
+                    eligible = [rid for rid in running if spec[rid].priority > spec[by].priority]
+                    expected = max(eligible, key=lambda rid: spec[rid].key) if eligible else None
+                else:
+                    expected = e.rid
+                if e.rid != expected:
+                    raise Violation("victim-order", f"{e}: the least urgent eligible running request is "
+                                                    f"{expected}, not {e.rid}")
+            status[e.rid] = AFTER.get(e.kind, status.get(e.rid, SUBMITTED))
+
+    def _fold_bypasses(self, driver: Driver, events: list[Event], before: dict[str, str]) -> None:
+        view, limit = driver.view, driver.cfg.max_bypasses
+        came_in = {e.rid for e in events if e.kind in ("admit", "resume")}
+        self_preempted = {e.rid for e in events if e.kind == "preempt" and e.args[0] == e.rid}
+        skipped = sorted((view.requests[rid].spec.key, rid) for rid, r in view.open.items()
+                         if r.status in QUEUED and rid not in came_in and rid not in self_preempted)
+        for rid in came_in:
+            self.bypasses.pop(rid, None)
+        admitted = sorted((view.requests[e.rid].spec.key, e.rid) for e in events if e.kind == "admit")
+        for key, rid in admitted:
+            passed = [p for k, p in skipped if k < key]
+            full = [p for p in passed if self.bypasses[p] >= limit]
+            if full:
+                raise Violation("bypass-limit", f"{rid} was admitted past {full[0]}, which had been bypassed "
+                                                f"{self.bypasses[full[0]]} times (max_bypasses {limit})")
+            self.bypasses.update(passed)
+        for rid in [rid for rid in self.bypasses if view.requests[rid].status not in QUEUED]:
+            del self.bypasses[rid]
+
+    @staticmethod
+    def _guard(events: list[Event], before: dict[str, str], old: frozenset[tuple[str, int]],
+               new: frozenset[tuple[str, int]], cfg: Config) -> None:
+        came_in = {e.rid for e in events if e.kind in ("admit", "resume")}
+        futile = {e.args[0] for e in turn_preemptions(events, before) if e.args[0] not in came_in}
+        added = Counter(rid for rid, _ in new - old)
+        guarded = cfg.priority_preemption and cfg.preemption_policy == "guarded"
+        for rid in sorted(futile):
+            if guarded and not added[rid]:
+                raise Violation("futility-guard", f"{rid} preempted and was not admitted, and its guard got no new "
+                                                  "entry: a futile preemption at a budget the guard already held, "
+                                                  "or one the guard did not record")
+        for rid in sorted(set(added) - futile):
+            raise Violation("futility-guard", f"the guard got entry {sorted(new - old)} for {rid}, which made no "
+                                              "futile preemption in this step")
+        for rid, budget in sorted(new):
+            if rid in came_in:
+                raise Violation("futility-guard", f"{rid} was admitted but its guard entry ({rid}, {budget}) stays")
+        for rid, budget in sorted(old - new):
+            if rid not in came_in:
+                raise Violation("futility-guard", f"guard entry ({rid}, {budget}) was dropped, but {rid} was not "
+                                                  "admitted or resumed")
+        if new and not guarded:
+            raise Violation("futility-guard", f"the {cfg.preemption_policy} policy keeps guard entries: "
+                                              f"{sorted(new)}")
