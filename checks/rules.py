@@ -8,6 +8,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from checks.base import Check, Violation
+from checks.needs import lifetime_blocks
 from model.config import Config
 from model.events import Event
 from sut.protocol import Capabilities, Internals, Observation
@@ -40,7 +41,9 @@ class DocumentedRules(Check):
       request in a step;
     - victim order: the least urgent eligible running request is preempted (for
       a running request growing into pages, and for a waiting one under the
-      unguarded policy; under guarded the preflight may pass over victims);
+      unguarded policy); under guarded, with upfront allocation and no prefix
+      caching, no less urgent candidate than the victim holds at least its
+      blocks (it would have passed the preflight too);
     - bypass limit: a fresh admission comes only while no request skipped earlier
       in the pass (a waiting or preempted request that the step leaves waiting or
       preempted, more urgent than the admitted one, not a request that preempted
@@ -113,10 +116,15 @@ class DocumentedRules(Check):
         request growing, the one with the largest key above its own (else itself);
         for a waiting one under the unguarded policy, the one with the largest key
         among those of a larger priority value. (Every such request is visited
-        after the requester, so none is in the batch yet; under guarded, which
-        victim the preflight passes depends on block counts in mid-pass.)"""
+        after the requester, so none is in the batch yet.) Under guarded, the
+        victim is the least urgent one the preflight passes; with upfront
+        allocation and no prefix caching a candidate holding at least the
+        victim's blocks passes whenever the victim does, so no less urgent
+        candidate may hold that many."""
+        cfg = driver.cfg
         spec = {rid: r.spec for rid, r in driver.view.requests.items()}
-        unguarded = driver.cfg.preemption_policy == "unguarded"
+        unguarded = cfg.preemption_policy == "unguarded"
+        exact_blocks = cfg.allocation == "upfront" and not cfg.prefix_caching
         status = dict(before)
         for e in events:
             by = e.args[0] if e.kind == "preempt" else None
@@ -130,6 +138,11 @@ class DocumentedRules(Check):
                     expected = max(eligible, key=lambda rid: spec[rid].key) if eligible else None
                 else:
                     expected = e.rid
+                    if exact_blocks:
+                        need = lifetime_blocks(spec[e.rid], cfg)
+                        passed_over = [rid for rid in running if spec[rid].priority > spec[by].priority
+                                       and spec[rid].key > spec[e.rid].key and lifetime_blocks(spec[rid], cfg) >= need]
+                        expected = max(passed_over, key=lambda rid: spec[rid].key) if passed_over else e.rid
                 if e.rid != expected:
                     raise Violation("victim-order", f"{e}: the least urgent eligible running request is "
                                                     f"{expected}, not {e.rid}")

@@ -117,7 +117,8 @@ def _most_urgent_victim(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("plant,prop,policy", [(_keep_guard, "futility-guard", "guarded"),
-                                               (_keep_bypasses, "bypass-count", "guarded")])
+                                               (_keep_bypasses, "bypass-count", "guarded"),
+                                               (_most_urgent_victim, "victim-order", "guarded")])
 def test_a_policy_bug_planted_in_the_model_is_found_without_a_reference(monkeypatch, tmp_path, plant, prop,
                                                                          policy) -> None:
     plant(monkeypatch)
