@@ -1,43 +1,83 @@
-"""States per second of exploration, and the effect of the finished-request
-reduction (states with and without), on the shipped examples.
+"""Exploration speed: states per second on one and on two processes, memory per
+state, and the effect of the finished-request reduction, on the shipped examples
+and a five-request family with stop-token choices; with --largest, the largest
+spread of that family verified within a time limit.
 
-Usage: python -m benchmarks.explore [--spread N]
+Usage: python -m benchmarks.explore [--spread N] [--largest SECONDS]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
 from loopcheck.report import table
 from model.explore import explore
+from model.survey import survey
 from model.workload import Workload, load_workload
+from tests.helpers import five_requests
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def cases(spread: int) -> list[tuple[str, Workload, int]]:
+    out = []
+    for name in ("livelock_min.json", "livelock_min.json+stop", "livelock.json"):
+        for policy in ("unguarded", "guarded"):
+            w = load_workload(EXAMPLES / name.split("+")[0]).with_config(preemption_policy=policy)
+            if name.endswith("+stop"):  # stop tokens make finished requests' outcomes branch
+                w = Workload(w.config, tuple(replace(r, stop_token=5) for r in w.requests))
+            out.append((f"{name} {policy}", w, 0 if name == "livelock.json" else spread))
+    out.append(("five requests guarded", five_requests(), 3))
+    return out
+
+
+def rate(w: Workload, spread: int, workers: int) -> tuple[int, float]:
+    start = time.perf_counter()
+    found = survey(w, spread, workers=workers)
+    return found.states, found.states / (time.perf_counter() - start)
+
+
+def bytes_per_state(w: Workload, spread: int) -> float:
+    """Python heap per state of the whole explored graph (tracemalloc peak)."""
+    tracemalloc.start()
+    ex = explore(w, spread=spread)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / ex.states
+
+
+def largest(limit: float) -> None:
+    for spread in range(0, 10):
+        start = time.perf_counter()
+        found = survey(five_requests(), spread, workers=2)
+        seconds = time.perf_counter() - start
+        print(f"five requests, spread {spread}: {found.states:,} states in {seconds:.1f}s on 2 processes",
+              file=sys.stderr, flush=True)
+        if seconds > limit:
+            break
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--spread", type=int, default=2)
+    parser.add_argument("--largest", type=float, help="grow the five-request family's spread until this many seconds")
     args = parser.parse_args()
     rows = []
-    for name in ("livelock_min.json", "livelock_min.json+stop", "livelock.json"):
-        spread = 0 if name == "livelock.json" else args.spread
-        for policy in ("unguarded", "guarded"):
-            w = load_workload(EXAMPLES / name.split("+")[0]).with_config(preemption_policy=policy)
-            if name.endswith("+stop"):  # stop tokens make finished requests' outcomes branch
-                w = Workload(w.config, tuple(replace(r, stop_token=5) for r in w.requests))
-            cells = [name, policy, spread]
-            for reduce in (True, False):
-                start = time.perf_counter()
-                ex = explore(w, spread=spread, reduce=reduce)
-                seconds = time.perf_counter() - start
-                cells += [ex.states, f"{ex.states / seconds:,.0f}"]
-            rows.append(cells + [f"{cells[5] / cells[3]:.2f}x"])
-    print(table(["workload", "policy", "spread", "states (reduced)", "states/s", "states (full)",
-                 "states/s", "full/reduced"], rows))
+    for name, w, spread in cases(args.spread):
+        states, one = rate(w, spread, 1)
+        _, two = rate(w, spread, 2)
+        full = explore(w, spread=spread, reduce=False).states
+        rows.append([name, spread, states, f"{one:,.0f}", f"{two:,.0f}", f"{two / one:.2f}x",
+                     f"{bytes_per_state(w, spread):,.0f}", f"{full / states:.2f}x"])
+    print(table(["workload", "spread", "states", "states/s (1 proc)", "states/s (2 procs)", "2 procs / 1",
+                 "bytes/state (graph)", "full/reduced states"], rows))
+    if args.largest:
+        largest(args.largest)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -14,9 +15,9 @@ import networkx as nx
 from loopcheck.report import banner, table
 from loopcheck.simulate_cmd import prepare
 from model.bounds import preemption_bound
-from model.explore import explore
+from model.explore import Caps, exploration_of, explore_variant, peak_memory_mb, variants
 from model.lasso_export import lasso_graph, lasso_workload, write_dot
-from model.liveness import analyse
+from model.survey import Survey, survey
 from model.workload import Workload, save_workload
 
 
@@ -26,6 +27,9 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="stop at this many states with an INCOMPLETE verdict (default 200000)")
     p.add_argument("--spread", type=int, default=0,
                    help="enumerate each request's arrival shifted by 0..SPREAD")
+    p.add_argument("--max-memory-mb", type=float, help="stop past this peak memory (MiB) with an INCOMPLETE verdict")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes exploring the family's variants (same result as one)")
     p.add_argument("--no-reduce", action="store_true", help="keep finished requests' details")
     p.add_argument("--policy", choices=("unguarded", "guarded"), help="override config.preemption_policy")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -33,45 +37,75 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def argv_of(args: argparse.Namespace) -> list[str]:
-    out = ["explore", args.workload, "--max-states", str(args.max_states), "--spread", str(args.spread)]
+    out = ["explore", args.workload, "--max-states", str(args.max_states), "--spread", str(args.spread),
+           "--workers", str(args.workers)]
+    out += ["--max-memory-mb", f"{args.max_memory_mb:g}"] if args.max_memory_mb is not None else []
     out += ["--no-reduce"] if args.no_reduce else []
     out += ["--policy", args.policy] if args.policy else []
     out += ["--out", args.out] if args.out else []
     return out
 
 
-def summary(workload: Workload, args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+class Progress:
+    """A progress line on stderr about every TICK seconds: states, states/s, queue,
+    peak memory."""
+
+    TICK = 2.0
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+
+    def __call__(self, states: int, queue: int) -> None:
+        now = time.perf_counter()
+        if now - self.last < self.TICK:
+            return
+        self.last = now
+        rate = states / max(now - self.start, 1e-9)
+        print(f"[{now - self.start:6.1f}s] states {states:,}, {rate:,.0f} states/s, queue {queue:,}, "
+              f"memory {peak_memory_mb():,.0f} MiB", file=sys.stderr, flush=True)
+
+
+def summary(workload: Workload, args: argparse.Namespace) -> tuple[dict[str, Any], Survey]:
     start = time.perf_counter()
-    ex = explore(workload, args.max_states, args.spread, reduce=not args.no_reduce)
-    live = analyse(ex)
+    found = survey(workload, args.spread, not args.no_reduce, args.max_states, args.max_memory_mb, args.workers,
+                   progress=Progress())
+    live = found.liveness
     seconds = time.perf_counter() - start
-    depth = max(nx.get_node_attributes(ex.graph, "depth").values(), default=0)
     figures = {
-        "states": ex.states, "transitions": ex.transitions, "depth": depth,
-        "drained_states": len(ex.drained), "states_that_can_drain": live.can_drain,
+        "states": found.states, "transitions": found.transitions, "depth": found.depth,
+        "drained_states": found.drained, "states_that_can_drain": live.can_drain,
         "livelock": live.livelock, "non_progress_cycles": live.non_progress_sccs,
         "unrealisable_cycles": live.unrealisable_cycles,
         "worst_drain_steps": live.worst_drain_steps, "worst_preemptions": live.worst_preemptions,
         "preemption_bound": preemption_bound(workload),
-        "complete": ex.complete, "seconds": round(seconds, 3),
+        "complete": found.complete, "seconds": round(seconds, 3),
+        "states_per_second": round(found.states / max(seconds, 1e-9)),
+        "peak_memory_mb": round(peak_memory_mb()),
     }
-    return figures, (ex, live)
+    return figures, found
 
 
 def run(args: argparse.Namespace) -> int:
     """Explore every reachable state; report livelocks and worst-case drain figures."""
-    if args.max_states < 1 or args.spread < 0:
-        print("loopcheck explore: error: --max-states must be >= 1 and --spread >= 0", file=sys.stderr)
+    memory = args.max_memory_mb
+    if args.max_states < 1 or args.spread < 0 or args.workers < 1 or (
+            memory is not None and not (math.isfinite(memory) and memory > 0)):
+        print("loopcheck explore: error: --max-states and --workers must be >= 1, --spread >= 0 and "
+              "--max-memory-mb a number > 0", file=sys.stderr)
         return 2
     workload = prepare(args)
     banner(None, argv_of(args), sys.stderr if args.json else None)
-    figures, (ex, live) = summary(workload, args)
+    figures, found = summary(workload, args)
+    live = found.liveness
     written = []
     if live.lasso is not None and args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        save_workload(lasso_workload(workload, args.spread, ex.graph, live.lasso), out / "lasso.json")
-        small = lasso_graph(ex.graph, live.lasso)
+        v = live.lasso.stem[0][0]   # the lasso's variant, explored again for its edges' events
+        graph = exploration_of(explore_variant(v, variants(workload, args.spread)[v], not args.no_reduce,
+                                               Caps(args.max_states))).graph
+        save_workload(lasso_workload(workload, args.spread, graph, live.lasso), out / "lasso.json")
+        small = lasso_graph(graph, live.lasso)
         nx.write_graphml(small, out / "lasso.graphml")
         write_dot(small, out / "lasso.dot")
         written = [str(out / n) for n in ("lasso.json", "lasso.graphml", "lasso.dot")]
@@ -79,15 +113,17 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**figures, "files": written}))
     else:
         print(table(["figure", "value"], [[k, "-" if v is None else v] for k, v in figures.items()]))
-        if not ex.complete:
-            print(f"INCOMPLETE: the state cap of {args.max_states} cut exploration short; no verdict.")
+        if not found.complete:
+            cap = f"the state cap of {args.max_states}" + (
+                f" or the memory cap of {memory:g} MiB" if memory is not None else "")
+            print(f"INCOMPLETE: {cap} cut exploration short; no verdict.")
         elif live.livelock:
             print(f"LIVELOCK: a lasso of {len(live.lasso.stem) - 1} steps then a cycle of "
                   f"{len(live.lasso.cycle) - 1} steps in which nothing finishes.")
         else:
-            print(f"no livelock: all {ex.states} reachable states can drain.")
+            print(f"no livelock: all {found.states} reachable states can drain.")
         for path in written:
             print(f"written: {path}")
-    if not ex.complete:
+    if not found.complete:
         return 1
     return 1 if live.livelock else 0

@@ -18,8 +18,7 @@ from pathlib import Path
 from fuzz.campaign import main_progress, run_campaign
 from loopcheck.options import add_adapter
 from loopcheck.report import banner, table
-from model.explore import explore
-from model.liveness import analyse
+from model.survey import survey
 from model.workload import load_workload
 from proofs.obligations import run_all
 
@@ -52,16 +51,16 @@ def explore_rows() -> list[Row]:
         for policy in ("guarded", "unguarded"):
             main_progress(f"  explore {name} ({policy}, spread {spread}) ...")
             start = time.perf_counter()
-            ex = explore(load_workload(EXAMPLES / name).with_config(preemption_policy=policy), spread=spread)
-            live = analyse(ex)
+            found = survey(load_workload(EXAMPLES / name).with_config(preemption_policy=policy), spread)
+            live = found.liveness
             seconds = time.perf_counter() - start
             if policy == "guarded":
-                ok = ex.complete and not live.livelock and live.can_drain == ex.states
-                status = f"all {ex.states} states drain (worst {live.worst_drain_steps} steps)"
+                ok = found.complete and not live.livelock and live.can_drain == found.states
+                status = f"all {found.states} states drain (worst {live.worst_drain_steps} steps)"
             else:
-                ok = ex.complete and live.livelock
-                status = f"lasso found in {ex.states} states" if live.livelock else "no lasso"
-            if not ex.complete:
+                ok = found.complete and live.livelock
+                status = f"lasso found in {found.states} states" if live.livelock else "no lasso"
+            if not found.complete:
                 status = "INCOMPLETE (state cap)"
             rows.append([f"liveness {name} ({policy})", "explore", status, "ok" if ok else "FAIL",
                          f"{seconds:.2f}"])

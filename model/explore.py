@@ -16,7 +16,9 @@ the scheduling pass.
 from __future__ import annotations
 
 import itertools
+import resource
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import networkx as nx
@@ -27,6 +29,7 @@ from model.state import FINISHED, ReqState, SchedState, initial_state
 from model.workload import Workload
 
 Node = tuple[int, SchedState]
+PROGRESS_EVERY = 5000   # states between progress reports and memory checks
 
 
 class _ChoiceEnv:
@@ -108,32 +111,98 @@ def horizon_of(w: Workload) -> int:
     return max(times, default=0) + 1
 
 
-def explore(workload: Workload, max_states: int = 200_000, spread: int = 0,
-            reduce: bool = True) -> Exploration:
-    """Breadth-first exploration of every reachable (variant, state)."""
-    family = variants(workload, spread)
-    graph = nx.DiGraph()
-    initial: list[Node] = []
-    queue: deque[Node] = deque()
-    for v, w in enumerate(family):
-        node = (v, canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon_of(w), reduce))
-        initial.append(node)
-        graph.add_node(node, depth=0)
-        queue.append(node)
+@dataclass
+class Part:
+    """One variant explored: its nodes (with BFS depth), edges (with attributes),
+    whether it finished within the caps, and its drained nodes."""
+
+    nodes: list[tuple[Node, int]]
+    edges: list[tuple[Node, Node, dict]]
+    complete: bool
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Where exploration stops with an INCOMPLETE verdict: states in all, and the
+    process's peak memory (MiB; None: no limit)."""
+
+    max_states: int = 200_000
+    max_memory_mb: float | None = None
+
+    def memory_exceeded(self) -> bool:
+        return self.max_memory_mb is not None and peak_memory_mb() > self.max_memory_mb
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process, MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps,
+                    progress: Callable[[int, int], None] | None = None) -> Part:
+    """Breadth-first exploration of one variant's reachable states, up to
+    `caps.max_states` states or the memory cap; `progress(states, queue)` is
+    called every PROGRESS_EVERY states."""
+    horizon = horizon_of(w)
+    root = (v, canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, reduce))
+    depth: dict[Node, int] = {root: 0}
+    edges: list[tuple[Node, Node, dict]] = []
+    queue: deque[Node] = deque([root])
     complete = True
     while queue:
         node = queue.popleft()
-        v, state = node
-        w = family[v]
-        for nxt, events, stops in successors(state, w):
-            target = (v, canonical(nxt, horizon_of(w), reduce))
-            if target not in graph:
-                if graph.number_of_nodes() >= max_states:
+        for nxt, events, stops in successors(node[1], w):
+            target = (v, canonical(nxt, horizon, reduce))
+            if target not in depth:
+                if len(depth) >= caps.max_states:
                     complete = False
                     continue
-                graph.add_node(target, depth=graph.nodes[node]["depth"] + 1)
+                depth[target] = depth[node] + 1
                 queue.append(target)
-            graph.add_edge(node, target, events=events, stops=stops,
-                           preemptions=sum(e.kind == "preempt" for e in events))
-    drained = {n for n in graph if all(r.status == FINISHED for r in n[1].reqs)}
-    return Exploration(graph, initial, complete, drained)
+                if len(depth) % PROGRESS_EVERY == 0:
+                    if caps.memory_exceeded():
+                        return Part(list(depth.items()), edges, False)
+                    if progress:
+                        progress(len(depth), len(queue))
+            edges.append((node, target, dict(events=events, stops=stops,
+                                             preemptions=sum(e.kind == "preempt" for e in events))))
+    return Part(list(depth.items()), edges, complete)
+
+
+def explore(workload: Workload, max_states: int = 200_000, spread: int = 0, reduce: bool = True,
+            max_memory_mb: float | None = None, progress: Callable[[int, int], None] | None = None) -> Exploration:
+    """The graph of every reachable (variant, state), each variant explored
+    breadth-first on its own and added in variant order. Stops with
+    complete=False past `max_states` states in all or the memory cap;
+    `progress(states, queue)` is called now and then. (`model.survey` gives the
+    verdict and figures of a family on several processes without the graph.)"""
+    caps = Caps(max_states, max_memory_mb)
+    graph = nx.DiGraph()
+    initial: list[Node] = []
+    complete = True
+    inner = (lambda n, q: progress(graph.number_of_nodes() + n, q)) if progress else None
+    for v, w in enumerate(variants(workload, spread)):
+        part = explore_variant(v, w, reduce, caps, inner)
+        if not part.complete or graph.number_of_nodes() + len(part.nodes) > max_states or caps.memory_exceeded():
+            complete = False
+            break
+        add_part(graph, part)
+        initial.append(part.nodes[0][0])
+    return Exploration(graph, initial, complete, drained_nodes(graph))
+
+
+def add_part(graph: nx.DiGraph, part: Part) -> None:
+    for node, depth in part.nodes:
+        graph.add_node(node, depth=depth)
+    graph.add_edges_from(part.edges)
+
+
+def drained_nodes(graph: nx.DiGraph) -> set[Node]:
+    return {n for n in graph if all(r.status == FINISHED for r in n[1].reqs)}
+
+
+def exploration_of(part: Part) -> Exploration:
+    """One explored variant as an Exploration of its own."""
+    graph = nx.DiGraph()
+    add_part(graph, part)
+    return Exploration(graph, [part.nodes[0][0]], part.complete, drained_nodes(graph))

@@ -14,7 +14,8 @@ distance to the figures does not grow; a climb that ends close is finished by a
 descent over every one-change neighbour. Deterministic for a seed.
 
 Usage: python scripts/regression_table_search.py [--seed 1] [--minutes 10] [--resume-watermark both|on|off]
-                                                 [--out examples/regression_table.json]
+                                                 [--out examples/regression_table.json] [--closest FILE]
+                                                 [--start FILE]
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from model.config import regression_config
-from model.workload import RequestSpec, Workload
+from model.workload import RequestSpec, Workload, load_workload
 from sut.simulate import simulate_model
 
 TARGET = {"unguarded": (3, 465, 463, 40), "guarded": (10, 4, 4, 0)}
@@ -127,13 +128,16 @@ def main() -> int:
     parser.add_argument("--resume-watermark", choices=["both", "on", "off"], default="both")
     parser.add_argument("--climb", type=int, default=300, help="moves per start without improvement")
     parser.add_argument("--out", type=Path, default=Path("examples/regression_table.json"))
+    parser.add_argument("--closest", type=Path, help="also write the closest workload found here")
+    parser.add_argument("--start", type=Path, help="climb from this workload first (a closest one, say)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     deadline = time.monotonic() + 60 * args.minutes
     best: tuple[float, Workload | None, dict] = (float("inf"), None, {})
     evaluations = 0
+    first = load_workload(args.start) if args.start else None
     while time.monotonic() < deadline:
-        w = start(rng, args.resume_watermark)
+        w, first = first or start(rng, args.resume_watermark), None
         found = figures(w)
         score, stale = distance(found), 0
         while stale < args.climb and score > 0 and time.monotonic() < deadline:
@@ -158,6 +162,8 @@ def main() -> int:
         if score == 0:
             break
     score, w, found = best
+    if w is not None and args.closest:
+        args.closest.write_text(json.dumps(w.to_json(), indent=1) + "\n")
     if w is not None and score == 0:
         args.out.write_text(json.dumps(w.to_json(), indent=1) + "\n")
         print(f"all eight figures: written to {args.out}")

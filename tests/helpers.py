@@ -35,3 +35,12 @@ def run_steps(w: Workload, n: int) -> tuple[SchedState, list[list[Event]]]:
 
 def kinds(events: list[Event]) -> list[str]:
     return [str(e) for e in events]
+
+
+def five_requests() -> Workload:
+    """Five requests at four priorities, three with stop tokens, on a pool that
+    holds two at a time (the explorer's pinned family with spread 3)."""
+    return workload(req("a", 3, 2, priority=2, stop_token=1), req("b", 2, 2, priority=1, stop_token=2),
+                    req("c", 3, 1, priority=0), req("d", 2, 2, priority=3, stop_token=3), req("e", 1, 2, priority=1),
+                    num_blocks=6, block_size=2, num_loops=2, kv_layout="shared", max_num_seqs=2,
+                    max_num_batched_tokens=4, prefill_chunk_size=2, allocation="upfront")
