@@ -87,7 +87,7 @@ def canonical(state: SchedState, horizon: int, reduce: bool) -> SchedState:
     if reduce:
         reqs = tuple(ReqState(status=FINISHED) if r.status == FINISHED else r for r in reqs)
         guard = frozenset(g for g in guard if reqs[g[0]].status != FINISHED)
-    return replace(state, step=min(state.step, horizon), reqs=reqs, guard=guard)
+    return SchedState(min(state.step, horizon), reqs, state.free, state.cache, guard)
 
 
 def successors(state: SchedState, w: Workload) -> list[tuple[SchedState, list[Event], dict]]:
@@ -97,11 +97,12 @@ def successors(state: SchedState, w: Workload) -> list[tuple[SchedState, list[Ev
     choosable = [key for key in probe.asked if w.by_id(key[0]).stop_token is not None]
     if not choosable:
         return [(nxt, events, {})]
-    out = []
+    out = [(nxt, events, dict.fromkeys(choosable, False))]   # the probe made no token a stop token
     for bits in itertools.product((False, True), repeat=len(choosable)):
-        stops = dict(zip(choosable, bits, strict=True))
-        nxt, events = step(state, _ChoiceEnv(w, stops))
-        out.append((nxt, events, stops))
+        if any(bits):
+            stops = dict(zip(choosable, bits, strict=True))
+            nxt, events = step(state, _ChoiceEnv(w, stops))
+            out.append((nxt, events, stops))
     return out
 
 
@@ -146,13 +147,15 @@ def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps,
     horizon = horizon_of(w)
     root = (v, canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, reduce))
     depth: dict[Node, int] = {root: 0}
+    interned: dict[Node, Node] = {root: root}   # one object per state: later lookups match by identity
     edges: list[tuple[Node, Node, dict]] = []
     queue: deque[Node] = deque([root])
     complete = True
     while queue:
         node = queue.popleft()
         for nxt, events, stops in successors(node[1], w):
-            target = (v, canonical(nxt, horizon, reduce))
+            found = (v, canonical(nxt, horizon, reduce))
+            target = interned.setdefault(found, found)
             if target not in depth:
                 if len(depth) >= caps.max_states:
                     complete = False

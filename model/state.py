@@ -45,6 +45,15 @@ class SchedState:
     cache: tuple[tuple[int, int], ...] = ()
     guard: frozenset[tuple[int, int]] = frozenset()
 
+    def __hash__(self) -> int:
+        """The fields' hash, computed once (states are dictionary keys in the
+        explorer, looked up many times)."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.step, self.reqs, self.free, self.cache, self.guard))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     def free_count(self, planes: int) -> int:
         """Free blocks as admission sees them: free queue plus cache-only pages."""
         return self.free + planes * sum(1 for _, holders in self.cache if holders == 0)
