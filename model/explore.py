@@ -115,7 +115,7 @@ def horizon_of(w: Workload) -> int:
 @dataclass
 class Part:
     """One variant explored: its nodes (with BFS depth), edges (with attributes),
-    whether it finished within the caps, and its drained nodes."""
+    and whether it finished within the caps."""
 
     nodes: list[tuple[Node, int]]
     edges: list[tuple[Node, Node, dict]]
@@ -146,8 +146,7 @@ def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps,
     called every PROGRESS_EVERY states."""
     horizon = horizon_of(w)
     root = (v, canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, reduce))
-    depth: dict[Node, int] = {root: 0}
-    interned: dict[Node, Node] = {root: root}   # one object per state: later lookups match by identity
+    seen: dict[Node, tuple[Node, int]] = {root: (root, 0)}   # the one stored object per state, and its depth
     edges: list[tuple[Node, Node, dict]] = []
     queue: deque[Node] = deque([root])
     complete = True
@@ -155,21 +154,24 @@ def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps,
         node = queue.popleft()
         for nxt, events, stops in successors(node[1], w):
             found = (v, canonical(nxt, horizon, reduce))
-            target = interned.setdefault(found, found)
-            if target not in depth:
-                if len(depth) >= caps.max_states:
-                    complete = False
-                    continue
-                depth[target] = depth[node] + 1
+            known = seen.get(found)
+            if known is not None:
+                target = known[0]      # later lookups of the stored object match by identity
+            elif len(seen) >= caps.max_states:
+                complete = False
+                continue
+            else:
+                target = found
+                seen[target] = (target, seen[node][1] + 1)
                 queue.append(target)
-                if len(depth) % PROGRESS_EVERY == 0:
+                if len(seen) % PROGRESS_EVERY == 0:
                     if caps.memory_exceeded():
-                        return Part(list(depth.items()), edges, False)
+                        return Part(list(seen.values()), edges, False)
                     if progress:
-                        progress(len(depth), len(queue))
+                        progress(len(seen), len(queue))
             edges.append((node, target, dict(events=events, stops=stops,
                                              preemptions=sum(e.kind == "preempt" for e in events))))
-    return Part(list(depth.items()), edges, complete)
+    return Part(list(seen.values()), edges, complete)
 
 
 def explore(workload: Workload, max_states: int = 200_000, spread: int = 0, reduce: bool = True,

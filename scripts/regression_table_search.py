@@ -11,9 +11,10 @@ loops, last_exited layout, upfront allocation, snapshots); the watermark and
 `resume_watermark` are searched too. Hill climbing from random starts: each move
 changes one field of one request (or the watermark), and is kept when the
 distance to the figures does not grow; a climb that ends close is finished by a
-descent over every one-change neighbour. Deterministic for a seed.
+descent over every one-change neighbour (and, closer still, every two-change
+one). Deterministic for a seed.
 
-Usage: python scripts/regression_table_search.py [--seed 1] [--minutes 10] [--resume-watermark both|on|off]
+Usage: python scripts/regression_table_search.py [--seed 1] [--runs 10000] [--resume-watermark both|on|off]
                                                  [--out examples/regression_table.json] [--closest FILE]
                                                  [--start FILE]
 """
@@ -21,10 +22,10 @@ Usage: python scripts/regression_table_search.py [--seed 1] [--minutes 10] [--re
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,6 +37,7 @@ TARGET = {"unguarded": (3, 465, 463, 40), "guarded": (10, 4, 4, 0)}
 GUARDED_STEPS = 121
 STEPS = 500
 POLISH_BELOW = 20.0   # a climb that ends this close gets the exhaustive one-change descent
+PAIRS_BELOW = 5.0     # ... and this close, the two-change one
 
 
 def figures(w: Workload) -> dict[str, tuple[int, ...]]:
@@ -101,18 +103,37 @@ def neighbours(w: Workload, resume: str) -> list[Workload]:
     return out
 
 
-def polish(w: Workload, score: float, found: dict, resume: str, deadline: float) -> tuple[Workload, float, dict, int]:
-    """First-improvement descent over `neighbours` until none is closer."""
-    runs, better = 0, True
-    while better and score > 0 and time.monotonic() < deadline:
+def polish(w: Workload, score: float, found: dict, resume: str, budget: Budget) -> tuple[Workload, float, dict]:
+    """First-improvement descent over `neighbours` until none is closer; then,
+    when close (distance < PAIRS_BELOW), over pairs of changes."""
+    better = True
+    while better and score > 0 and not budget.spent():
         better = False
-        for candidate in neighbours(w, resume):
-            cand_found = figures(candidate)
-            runs += 1
+        close = score < PAIRS_BELOW
+        singles = neighbours(w, resume)
+        candidates = itertools.chain(singles, (n for one in singles for n in neighbours(one, resume)) if close else ())
+        for candidate in candidates:
+            if budget.spent():
+                break
+            cand_found = budget.figures(candidate)
             if distance(cand_found) < score:
                 w, found, score, better = candidate, cand_found, distance(cand_found), True
                 break
-    return w, score, found, runs
+    return w, score, found
+
+
+class Budget:
+    """Model runs spent and allowed (a work bound: the same seed gives the same search)."""
+
+    def __init__(self, runs: int) -> None:
+        self.allowed, self.runs = runs, 0
+
+    def spent(self) -> bool:
+        return self.runs >= self.allowed
+
+    def figures(self, w: Workload) -> dict[str, tuple[int, ...]]:
+        self.runs += 1
+        return figures(w)
 
 
 def start(rng: random.Random, resume: str) -> Workload:
@@ -124,7 +145,7 @@ def start(rng: random.Random, resume: str) -> Workload:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--runs", type=int, default=10_000, help="model runs (pairs of policies) to spend")
     parser.add_argument("--resume-watermark", choices=["both", "on", "off"], default="both")
     parser.add_argument("--climb", type=int, default=300, help="moves per start without improvement")
     parser.add_argument("--out", type=Path, default=Path("examples/regression_table.json"))
@@ -132,31 +153,28 @@ def main() -> int:
     parser.add_argument("--start", type=Path, help="climb from this workload first (a closest one, say)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    deadline = time.monotonic() + 60 * args.minutes
+    budget = Budget(args.runs)
     best: tuple[float, Workload | None, dict] = (float("inf"), None, {})
-    evaluations = 0
     first = load_workload(args.start) if args.start else None
-    while time.monotonic() < deadline:
+    while not budget.spent():
         w, first = first or start(rng, args.resume_watermark), None
-        found = figures(w)
+        found = budget.figures(w)
         score, stale = distance(found), 0
-        while stale < args.climb and score > 0 and time.monotonic() < deadline:
+        while stale < args.climb and score > 0 and not budget.spent():
             candidate = mutate(rng, w, args.resume_watermark)
             try:
-                cand_found = figures(candidate)
+                cand_found = budget.figures(candidate)
             except Exception:   # noqa: BLE001 - a mutation may make an invalid workload: skip it
                 continue
-            evaluations += 1
             cand_score = distance(cand_found)
             stale = 0 if cand_score < score else stale + 1
             if cand_score <= score:
                 w, found, score = candidate, cand_found, cand_score
         if score < POLISH_BELOW:
-            w, score, found, runs = polish(w, score, found, args.resume_watermark, deadline)
-            evaluations += runs
+            w, score, found = polish(w, score, found, args.resume_watermark, budget)
         if score < best[0]:
             best = (score, w, found)
-            print(f"[{evaluations} runs] distance {score:.1f}: unguarded {found['unguarded'][:4]} "
+            print(f"[{budget.runs} runs] distance {score:.1f}: unguarded {found['unguarded'][:4]} "
                   f"guarded {found['guarded']} watermark {w.config.watermark_blocks} "
                   f"resume_watermark {w.config.resume_watermark}", file=sys.stderr, flush=True)
         if score == 0:
@@ -168,7 +186,7 @@ def main() -> int:
         args.out.write_text(json.dumps(w.to_json(), indent=1) + "\n")
         print(f"all eight figures: written to {args.out}")
         return 0
-    print(f"closest after {evaluations} runs: distance {score:.1f}, figures {found}")
+    print(f"closest after {budget.runs} runs: distance {score:.1f}, figures {found}")
     return 1
 
 
