@@ -143,13 +143,10 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
 def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budget_seconds: float,
                 batch_examples: int, start: float, result: CampaignResult,
                 between: Callable[[], None] = lambda: None) -> None:
-    """Seeded batches of the machine, each preceded by `between` (a directed
+    """Seeded batches of the machine, each followed by `between` (a directed
     round), until a violation (kept in `result`) or the budget is spent."""
     batch = 0
     while time.monotonic() - start < budget_seconds:
-        between()
-        if result.violation is not None or time.monotonic() - start >= budget_seconds:
-            return
         test = get_state_machine_test(machine, settings=settings(
             max_examples=batch_examples, deadline=None, database=database, stateful_step_count=20,
             phases=[Phase.explicit, Phase.reuse, Phase.generate],
@@ -171,6 +168,9 @@ def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budge
                 raise
             result.violation = found[0]
         batch += 1
+        if result.violation is not None:
+            return
+        between()
         if result.violation is not None:
             return
 

@@ -37,6 +37,8 @@ WINDOWS = ("preempt+futile", "guard+recorded", "guard+held", "guard+cleared", "g
 MAX_POOL = 256     # pool sizes tried stay small: contention, and fast runs
 MAX_STEPS = 200    # model steps read per candidate
 FOLLOW_UPS = 4     # variants drawn after each readmission moment
+MAX_FOLLOW_UPS = 48   # readmission variants run on the model per round (they multiply the round's cost)
+STEPS_PER_ROUND = 25_000   # model steps a round may spend reading windows (a work bound: same seed, same round)
 
 
 @dataclass
@@ -269,8 +271,11 @@ class Director:
     def next_round(self, deadline: float | None = None) -> list[tuple[Workload, Counter]]:
         """The candidates of the next round to run on the system, with the windows
         each opens: of the drawn workloads, their trace-guided variants, each at
-        the tightest pools, and the readmission variants of all those, the `runs`
-        whose rarest window has been seen least (ties in draw order). Past the
+        the tightest pools, and the readmission variants of the first of those
+        (MAX_FOLLOW_UPS in all), the `runs`
+        whose rarest window has been seen least (ties in draw order). Drawn
+        workloads stop being read once the round has spent STEPS_PER_ROUND model
+        steps on windows. Past the
         `deadline` (time.monotonic()) it stops and returns none: a round is either
         whole or not run."""
         share = -(-self.per_round // len(self.strategies))
@@ -278,18 +283,28 @@ class Director:
                  for w in draw_workloads(strategy, self.seed * 7919 + self.round * 31 + k, share)]
         self.round += 1
         found: list[tuple[Workload, Counter]] = []
+        follow_ups_left, steps_left = MAX_FOLLOW_UPS, STEPS_PER_ROUND
+
+        def read(w: Workload) -> tuple[Counter, Moments]:
+            nonlocal steps_left
+            opened, moments = windows_of(w)
+            steps_left -= len(moments.states)
+            return opened, moments
+
         for w in drawn:
             if deadline is not None and time.monotonic() >= deadline:
                 return []
-            opened, moments = windows_of(w)
+            if steps_left <= 0:
+                break
+            opened, moments = read(w)
             for variant in [w] + variants(w, moments, self.rng, self.shape):
                 for candidate in [variant] + pool_sizes(variant):
                     if self.shape.oversized == OFF and any(never_fits(r, candidate.config) for r in candidate.requests):
                         continue    # the shape promises only requests that fit the pool
-                    windows, later = (opened, moments) if candidate is w else windows_of(candidate)
-                    followed = [(f, windows_of(f)[0]) for f in readmission_variants(candidate, later, self.rng,
-                                                                                    self.shape)]
-                    found += [(c, o) for c, o in [(candidate, windows)] + followed if o]
+                    windows, later = (opened, moments) if candidate is w else read(candidate)
+                    extra = readmission_variants(candidate, later, self.rng, self.shape) if follow_ups_left > 0 else []
+                    follow_ups_left -= len(extra)
+                    found += [(c, o) for c, o in [(candidate, windows)] + [(f, read(f)[0]) for f in extra] if o]
         chosen = []
         for _ in range(min(self.runs, len(found))):
             best = min(range(len(found)), key=lambda k: min(self.seen[name] for name in found[k][1]))
