@@ -1,6 +1,7 @@
 """The documented scheduling rules that events alone do not settle, checked on a
-system's trace and its reported internals (docs/semantics.md): the bypass count
-and limit, the futility guard, one victim per turn, CPU snapshots."""
+system's trace and its reported internals (docs/semantics.md): one victim per
+turn, victim order, the bypass count and limit, the futility guard, CPU
+snapshots."""
 
 from __future__ import annotations
 
@@ -66,13 +67,9 @@ class DocumentedRules(Check):
     def __init__(self) -> None:
         self.bypasses: Counter[str] = Counter()
         self.internals: Internals = Internals()
-        self.reported = False
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
-        if caps.semantics != "loopcheck":
-            return "the system does not claim loopcheck's semantics"
-        self.reported = caps.internals
-        return None
+        return None if caps.semantics == "loopcheck" else "the system does not claim loopcheck's semantics"
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         view, cfg = driver.view, driver.cfg
@@ -80,7 +77,7 @@ class DocumentedRules(Check):
         self._one_victim_per_turn(events, before)
         self._victim_order(driver, events, before)
         self._fold_bypasses(driver, events, before)
-        if not self.reported:
+        if not driver.sut.capabilities.internals:
             return
         now = driver.internals()
         status = {rid: r.status for rid, r in view.open.items()}
