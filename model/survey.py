@@ -39,6 +39,17 @@ def _survey_variant(job: tuple[int, Workload, bool, Caps],
     return Survey(ex.states, ex.transitions, depth, len(ex.drained), ex.complete, analyse(ex))
 
 
+_jobs: list[tuple[int, Workload, bool, Caps]] = []   # in a worker process: the survey's jobs
+
+
+def _inherit(jobs: list[tuple[int, Workload, bool, Caps]]) -> None:
+    _jobs[:] = jobs
+
+
+def _survey_job(v: int) -> Survey:
+    return _survey_variant(_jobs[v])
+
+
 def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states: int = 200_000,
            max_memory_mb: float | None = None, workers: int = 1,
            progress: Callable[[int, int], None] | None = None) -> Survey:
@@ -51,8 +62,10 @@ def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states:
     done: list[Survey] = []
     states = 0
     if workers > 1 and len(jobs) > 1:
-        with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
-            states = _collect(pool.imap(_survey_variant, jobs), done, len(jobs), caps, progress)
+        # fork: the workers inherit the jobs, so only variant numbers and figures cross the pipes
+        with multiprocessing.get_context("fork").Pool(min(workers, len(jobs)), _inherit, (jobs,)) as pool:
+            chunk = max(1, len(jobs) // (8 * workers))    # variants are often tiny: batch them per message
+            states = _collect(pool.imap(_survey_job, range(len(jobs)), chunk), done, len(jobs), caps, progress)
     else:
         def inner(n: int, queue: int) -> None:
             if progress:
