@@ -54,11 +54,12 @@ def bytes_per_state(w: Workload, spread: int) -> float:
 def largest(limit: float) -> None:
     for spread in range(0, 10):
         start = time.perf_counter()
-        found = survey(five_requests(), spread, workers=2)
+        found = survey(five_requests(), spread, max_states=10**9, workers=2)
         seconds = time.perf_counter() - start
-        print(f"five requests, spread {spread}: {found.states:,} states in {seconds:.1f}s on 2 processes",
-              file=sys.stderr, flush=True)
-        if seconds > limit:
+        verdict = "complete" if found.complete else "INCOMPLETE"
+        print(f"five requests, spread {spread}: {found.states:,} states in {seconds:.1f}s on 2 processes, "
+              f"{verdict}", file=sys.stderr, flush=True)
+        if seconds > limit or not found.complete:
             break
 
 
