@@ -12,6 +12,7 @@ so the survey is the same for any number of workers.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,7 +44,11 @@ _jobs: list[tuple[int, Workload, bool, Caps]] = []   # in a worker process: the 
 
 
 def _inherit(jobs: list[tuple[int, Workload, bool, Caps]]) -> None:
+    """A worker's start: the jobs, and signals left to the parent (Ctrl-C goes to
+    the parent, which ends the pool; the pool's SIGTERM ends a worker quietly)."""
     _jobs[:] = jobs
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _survey_job(v: int) -> Survey:
