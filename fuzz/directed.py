@@ -32,8 +32,8 @@ from model.state import PREEMPTED, RUNNING, WAITING, SchedState
 from model.workload import RequestSpec, Workload
 
 WINDOWS = ("preempt+futile", "guard+recorded", "guard+held", "guard+cleared", "guard+after-clear", "bypass+limit",
-           "bypass+again",
-           "abort+preempted", "preempt+shared-pages", "victim+skipped", "resume+restore", "preempt+again")
+           "bypass+again", "abort+preempted", "preempt+shared-pages", "victim+skipped", "resume+restore",
+           "preempt+again")
 MAX_POOL = 256     # pool sizes tried stay small: contention, and fast runs
 MAX_STEPS = 200    # model steps read per candidate
 FOLLOW_UPS = 4     # variants drawn after each readmission moment
@@ -161,14 +161,14 @@ def follow_ups(w: Workload, state: SchedState, i: int, rng: random.Random, varie
     urgent ones, each at most i's size (they can be admitted past i, and i can
     preempt them)."""
     cfg, bs, t = w.config, w.config.block_size, state.step
-    base = w.requests[i].priority
+    base, held = w.requests[i].priority, max(1, len(state.reqs[i].pages))
     spare = max(0, state.free_count(cfg.planes) - cfg.watermark_blocks) // cfg.planes
-    pages = rng.randint(spare + 1, spare + max(1, len(state.reqs[i].pages)))
+    pages = rng.randint(spare + 1, spare + held)
     prompt = tuple(rng.randrange(VOCAB) for _ in range(max(1, pages * bs - rng.randrange(bs))))
     urgent_at = t + rng.randint(0, 2)
     out = [RequestSpec(f"r{len(w.requests)}", prompt, 1, arrival=urgent_at, priority=base - 1 if varied else base)]
     for k in range(rng.randint(1, 2)):
-        small = tuple(rng.randrange(VOCAB) for _ in range(rng.randint(1, bs * max(1, len(state.reqs[i].pages)))))
+        small = tuple(rng.randrange(VOCAB) for _ in range(rng.randint(1, bs * held)))
         out.append(RequestSpec(f"r{len(w.requests) + 1 + k}", small, rng.randint(1, 4),
                                arrival=urgent_at + rng.randint(1, 3), priority=base + 1 if varied else base))
     return out
@@ -257,8 +257,8 @@ def window_workloads(configs: st.SearchStrategy[Config], max_prompt: int,
 
 class Director:
     """Rounds of window-directed candidates, drawn in equal shares from each
-    config strategy given; `seen` counts the windows opened by the candidates handed out
-    so far (each window once per candidate)."""
+    config strategy given; `seen` counts the windows opened by the candidates
+    handed out so far (each window once per candidate)."""
 
     def __init__(self, configs: list[st.SearchStrategy[Config]], max_prompt: int, seed: int,
                  shape: Shape = DEFAULT_SHAPE, per_round: int = 60, runs: int = 12) -> None:
@@ -272,12 +272,11 @@ class Director:
         """The candidates of the next round to run on the system, with the windows
         each opens: of the drawn workloads, their trace-guided variants, each at
         the tightest pools, and the readmission variants of the first of those
-        (MAX_FOLLOW_UPS in all), the `runs`
-        whose rarest window has been seen least (ties in draw order). Drawn
-        workloads stop being read once the round has spent STEPS_PER_ROUND model
-        steps on windows. Past the
-        `deadline` (time.monotonic()) it stops and returns none: a round is either
-        whole or not run."""
+        (MAX_FOLLOW_UPS in all), the `runs` whose rarest window has been seen
+        least (ties in draw order). Drawn workloads stop being read once the
+        round has spent STEPS_PER_ROUND model steps on windows. Past the
+        `deadline` (time.monotonic()) it stops and returns none: a round is
+        either whole or not run."""
         share = -(-self.per_round // len(self.strategies))
         drawn = [w for k, strategy in enumerate(self.strategies)
                  for w in draw_workloads(strategy, self.seed * 7919 + self.round * 31 + k, share)]
