@@ -43,7 +43,8 @@ def rate(w: Workload, spread: int, workers: int) -> tuple[int, float]:
 
 
 def bytes_per_state(w: Workload, spread: int) -> float:
-    """Python heap per state of the whole explored graph (tracemalloc peak)."""
+    """Python heap per state while exploring the family (tracemalloc peak: the
+    explored graph, plus one variant's fingerprints and queue)."""
     tracemalloc.start()
     ex = explore(w, spread=spread)
     peak = tracemalloc.get_traced_memory()[1]
@@ -76,7 +77,7 @@ def main() -> None:
         rows.append([name, spread, states, f"{one:,.0f}", f"{two:,.0f}", f"{two / one:.2f}x",
                      f"{bytes_per_state(w, spread):,.0f}", f"{full / states:.2f}x"])
     print(table(["workload", "spread", "states", "states/s (1 proc)", "states/s (2 procs)", "2 procs / 1",
-                 "bytes/state (graph)", "full/reduced states"], rows))
+                 "bytes/state (explore)", "full/reduced states"], rows))
     if args.largest:
         largest(args.largest)
 

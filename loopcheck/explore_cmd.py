@@ -15,7 +15,7 @@ import networkx as nx
 from loopcheck.report import banner, table
 from loopcheck.simulate_cmd import prepare
 from model.bounds import preemption_bound
-from model.explore import Caps, exploration_of, explore_variant, peak_memory_mb, variants
+from model.explore import peak_memory_mb
 from model.lasso_export import lasso_graph, lasso_workload, write_dot
 from model.survey import Survey, survey
 from model.workload import Workload, save_workload
@@ -78,6 +78,7 @@ def summary(workload: Workload, args: argparse.Namespace) -> tuple[dict[str, Any
         "unrealisable_cycles": live.unrealisable_cycles,
         "worst_drain_steps": live.worst_drain_steps, "worst_preemptions": live.worst_preemptions,
         "preemption_bound": preemption_bound(workload),
+        "fingerprint_collision_probability": float(f"{found.collision_probability:.2g}"),
         "complete": found.complete, "seconds": round(seconds, 3),
         "states_per_second": round(found.states / max(seconds, 1e-9)),
         "peak_memory_mb": round(peak_memory_mb()),
@@ -101,11 +102,8 @@ def run(args: argparse.Namespace) -> int:
     if live.lasso is not None and args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        v = live.lasso.stem[0][0]   # the lasso's variant, explored again for its edges' events
-        graph = exploration_of(explore_variant(v, variants(workload, args.spread)[v], not args.no_reduce,
-                                               Caps(args.max_states))).graph
-        save_workload(lasso_workload(workload, args.spread, graph, live.lasso), out / "lasso.json")
-        small = lasso_graph(graph, live.lasso)
+        save_workload(lasso_workload(workload, args.spread, live.lasso), out / "lasso.json")
+        small = lasso_graph(live.lasso)
         nx.write_graphml(small, out / "lasso.graphml")
         write_dot(small, out / "lasso.dot")
         written = [str(out / n) for n in ("lasso.json", "lasso.graphml", "lasso.dot")]

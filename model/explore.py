@@ -1,34 +1,39 @@
 """Exhaustive exploration of the reference scheduler for small configurations.
 
-The graph's nodes are (variant, state): a variant fixes each request's arrival
-(the family enumerates arrival offsets); a state is the model's state with the
-step counter capped once every request has arrived, so steps that change
-nothing (stuttering) become self-loops. Edges are steps; the environment's only
-scheduling-relevant choice, whether a decoded token is the request's stop token,
-is enumerated (exit depths never influence scheduling, so they are not).
+The graph's nodes are numbered states of variants: a variant fixes each
+request's arrival (the family enumerates arrival offsets); a state is the
+model's state with the step counter capped once every request has arrived, so
+steps that change nothing (stuttering) become self-loops. Edges are steps; the
+environment's only scheduling-relevant choice, whether a decoded token is the
+request's stop token, is enumerated (exit depths never influence scheduling, so
+they are not). Visited states are told apart by a stable 64-bit fingerprint
+(`SchedState.fingerprint`), as TLC does: two different states of one variant
+merge only on a fingerprint collision, with probability about n^2 / 2^65 for n
+states (`collision_probability`).
 
-Reduction: finished requests are abstracted to a bare FINISHED record, since
-they can never influence scheduling again. Permuting requests with identical
-specs is NOT a symmetry here: the priority key breaks ties by id, so ids order
-the scheduling pass.
+Reduction (`reduce`; keeps every verdict and figure, tested): finished
+requests are abstracted to a bare FINISHED record, since they can never
+influence scheduling again. (Capping bypass counts at max_bypasses would be
+sound but merges nothing: the rules never let a count pass the limit.)
+Permuting requests with identical specs is NOT a symmetry here: the priority
+key breaks ties by id, so ids order the scheduling pass.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import resource
+from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-
-import networkx as nx
 
 from model.events import Event, TokenOutcome
 from model.reference import step
 from model.state import FINISHED, ReqState, SchedState, initial_state
 from model.workload import Workload
 
-Node = tuple[int, SchedState]
 PROGRESS_EVERY = 5000   # states between progress reports and memory checks
 
 
@@ -51,22 +56,6 @@ class _ChoiceEnv:
         return TokenOutcome(token % self.workload.config.vocab_size, self.workload.config.num_loops)
 
 
-@dataclass
-class Exploration:
-    graph: nx.DiGraph
-    initial: list[Node]
-    complete: bool
-    drained: set[Node] = field(default_factory=set)
-
-    @property
-    def states(self) -> int:
-        return self.graph.number_of_nodes()
-
-    @property
-    def transitions(self) -> int:
-        return self.graph.number_of_edges()
-
-
 def variants(workload: Workload, spread: int) -> list[Workload]:
     """The family: every request's arrival shifted by 0..spread."""
     if spread == 0:
@@ -81,7 +70,7 @@ def variants(workload: Workload, spread: int) -> list[Workload]:
 
 
 def canonical(state: SchedState, horizon: int, reduce: bool) -> SchedState:
-    """The node key of a state: step capped at the horizon; with `reduce`, finished
+    """The node of a state: step capped at the horizon; with `reduce`, finished
     requests (and their futility-guard entries) abstracted away."""
     reqs, guard = state.reqs, state.guard
     if reduce:
@@ -112,16 +101,6 @@ def horizon_of(w: Workload) -> int:
     return max(times, default=0) + 1
 
 
-@dataclass
-class Part:
-    """One variant explored: its nodes (with BFS depth), edges (with attributes),
-    and whether it finished within the caps."""
-
-    nodes: list[tuple[Node, int]]
-    edges: list[tuple[Node, Node, dict]]
-    complete: bool
-
-
 @dataclass(frozen=True)
 class Caps:
     """Where exploration stops with an INCOMPLETE verdict: states in all, and the
@@ -139,75 +118,163 @@ def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+@dataclass
+class Exploration:
+    """An explored family as a compact graph over state numbers.
+
+    States are numbered as they are found: breadth-first within a variant,
+    variants in order, so a variant's states are a contiguous range starting at
+    its root, and states are expanded in number order. Of a visited state only
+    its 64-bit fingerprint is kept while its variant is explored (and nothing
+    once it is done); a state, and a step's events, are recomputed when needed
+    by replaying the breadth-first tree from the root (`Replay`). Each pair of
+    states has at most one edge: several stop choices leading to the same state
+    give one edge, with the last choice's index.
+    """
+
+    workloads: list[Workload]           # the explored variants
+    variant_ids: list[int]              # each one's index in the family
+    roots: list[int]                    # each one's first state
+    reduce: bool
+    parent: array = field(default_factory=lambda: array("i"))       # breadth-first parent; -1 at a root
+    depth: array = field(default_factory=lambda: array("i"))        # steps from the root
+    drained: bytearray = field(default_factory=bytearray)            # 1: every request finished
+    edge_start: array = field(default_factory=lambda: array("q", [0]))   # state i's edges: [start[i], start[i+1])
+    target: array = field(default_factory=lambda: array("i"))
+    preemptions: array = field(default_factory=lambda: array("B"))  # preempt events of the step
+    choice: array = field(default_factory=lambda: array("H"))       # index in `successors` of the step
+    complete: bool = True
+
+    @property
+    def states(self) -> int:
+        return len(self.parent)
+
+    @property
+    def transitions(self) -> int:
+        return len(self.target)
+
+    def edges(self, i: int) -> range:
+        """Positions of state i's outgoing edges in `target`, `preemptions`, `choice`."""
+        return range(self.edge_start[i], self.edge_start[i + 1])
+
+    def variant_of(self, i: int) -> int:
+        """Position (in `workloads`) of the variant state i belongs to."""
+        return bisect.bisect_right(self.roots, i) - 1
+
+    def _add_state(self, parent: int, depth: int, state: SchedState) -> int:
+        self.parent.append(parent)
+        self.depth.append(depth)
+        self.drained.append(all(r.status == FINISHED for r in state.reqs))
+        return len(self.parent) - 1
+
+    def _explore_variant(self, v: int, w: Workload, caps: Caps, progress: Callable[[int, int], None] | None) -> None:
+        """Breadth-first exploration of one variant, appended; clears `complete`
+        and stops at the caps. `progress(states, queue)` every PROGRESS_EVERY
+        states."""
+        horizon = horizon_of(w)
+        root_state = canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, self.reduce)
+        root = self._add_state(-1, 0, root_state)
+        self.workloads.append(w)
+        self.variant_ids.append(v)
+        self.roots.append(root)
+        seen = {root_state.fingerprint(): root}
+        queue: deque[SchedState] = deque([root_state])
+        while queue:
+            i = len(self.edge_start) - 1     # states are expanded in number order
+            out: dict[int, tuple[int, int]] = {}
+            for c, (nxt, events, _) in enumerate(successors(queue.popleft(), w)):
+                state = canonical(nxt, horizon, self.reduce)
+                fingerprint = state.fingerprint()
+                j = seen.get(fingerprint)
+                if j is None:
+                    if self.states >= caps.max_states:
+                        self.complete = False
+                        continue
+                    j = seen[fingerprint] = self._add_state(i, self.depth[i] + 1, state)
+                    queue.append(state)
+                    if self.states % PROGRESS_EVERY == 0:
+                        if caps.memory_exceeded():
+                            self.complete = False
+                            break
+                        if progress:
+                            progress(self.states, len(queue))
+                out[j] = (c, sum(e.kind == "preempt" for e in events))
+            for j, (c, preempted) in out.items():
+                self.target.append(j)
+                self.choice.append(c)
+                self.preemptions.append(preempted)
+            self.edge_start.append(len(self.target))
+            if not self.complete:
+                break
+        self.edge_start.extend([len(self.target)] * (self.states + 1 - len(self.edge_start)))   # never expanded
+
+
+def collision_probability(states_per_variant: list[int]) -> float:
+    """An upper estimate of the chance that two different states of one variant
+    got the same 64-bit fingerprint somewhere in the family."""
+    return min(1.0, sum(n * (n - 1) / 2 for n in states_per_variant) / 2.0**64)
+
+
 def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps,
-                    progress: Callable[[int, int], None] | None = None) -> Part:
-    """Breadth-first exploration of one variant's reachable states, up to
-    `caps.max_states` states or the memory cap; `progress(states, queue)` is
-    called every PROGRESS_EVERY states."""
-    horizon = horizon_of(w)
-    root = (v, canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, reduce))
-    seen: dict[Node, tuple[Node, int]] = {root: (root, 0)}   # the one stored object per state, and its depth
-    edges: list[tuple[Node, Node, dict]] = []
-    queue: deque[Node] = deque([root])
-    complete = True
-    while queue:
-        node = queue.popleft()
-        for nxt, events, stops in successors(node[1], w):
-            found = (v, canonical(nxt, horizon, reduce))
-            known = seen.get(found)
-            if known is not None:
-                target = known[0]      # later lookups of the stored object match by identity
-            elif len(seen) >= caps.max_states:
-                complete = False
-                continue
-            else:
-                target = found
-                seen[target] = (target, seen[node][1] + 1)
-                queue.append(target)
-                if len(seen) % PROGRESS_EVERY == 0:
-                    if caps.memory_exceeded():
-                        return Part(list(seen.values()), edges, False)
-                    if progress:
-                        progress(len(seen), len(queue))
-            edges.append((node, target, dict(events=events, stops=stops,
-                                             preemptions=sum(e.kind == "preempt" for e in events))))
-    return Part(list(seen.values()), edges, complete)
+                    progress: Callable[[int, int], None] | None = None) -> Exploration:
+    """Variant `v` (workload `w`) of a family explored on its own, up to
+    `caps.max_states` states or the memory cap (then complete=False)."""
+    ex = Exploration([], [], [], reduce)
+    ex._explore_variant(v, w, caps, progress)
+    return ex
 
 
 def explore(workload: Workload, max_states: int = 200_000, spread: int = 0, reduce: bool = True,
             max_memory_mb: float | None = None, progress: Callable[[int, int], None] | None = None) -> Exploration:
-    """The graph of every reachable (variant, state), each variant explored
-    breadth-first on its own and added in variant order. Stops with
-    complete=False past `max_states` states in all or the memory cap;
-    `progress(states, queue)` is called now and then. (`model.survey` gives the
-    verdict and figures of a family on several processes without the graph.)"""
+    """Every reachable state of every variant, each variant explored
+    breadth-first in turn. Stops with complete=False past `max_states` states in
+    all or the memory cap; `progress(states, queue)` is called now and then.
+    (`model.survey` gives the verdict and figures of a family on several
+    processes, one variant at a time.)"""
     caps = Caps(max_states, max_memory_mb)
-    graph = nx.DiGraph()
-    initial: list[Node] = []
-    complete = True
-    inner = (lambda n, q: progress(graph.number_of_nodes() + n, q)) if progress else None
+    ex = Exploration([], [], [], reduce)
     for v, w in enumerate(variants(workload, spread)):
-        part = explore_variant(v, w, reduce, caps, inner)
-        if not part.complete or graph.number_of_nodes() + len(part.nodes) > max_states or caps.memory_exceeded():
-            complete = False
+        ex._explore_variant(v, w, caps, progress)
+        if not ex.complete:
             break
-        add_part(graph, part)
-        initial.append(part.nodes[0][0])
-    return Exploration(graph, initial, complete, drained_nodes(graph))
+    return ex
 
 
-def add_part(graph: nx.DiGraph, part: Part) -> None:
-    for node, depth in part.nodes:
-        graph.add_node(node, depth=depth)
-    graph.add_edges_from(part.edges)
+class Replay:
+    """States and steps of an exploration recomputed from the variant's root
+    along the breadth-first tree (each state's successors computed at most once
+    per Replay)."""
 
+    def __init__(self, ex: Exploration) -> None:
+        self.ex = ex
+        self.known: dict[int, SchedState] = {}
+        self.expanded: dict[int, list[tuple[SchedState, list[Event], dict]]] = {}
 
-def drained_nodes(graph: nx.DiGraph) -> set[Node]:
-    return {n for n in graph if all(r.status == FINISHED for r in n[1].reqs)}
+    def state(self, i: int) -> SchedState:
+        """State number i."""
+        path = [i]
+        while path[-1] not in self.known and self.ex.parent[path[-1]] >= 0:
+            path.append(self.ex.parent[path[-1]])
+        if path[-1] not in self.known:
+            w = self.ex.workloads[self.ex.variant_of(i)]
+            self.known[path[-1]] = canonical(initial_state(w.config.num_blocks, len(w.requests)),
+                                             horizon_of(w), self.ex.reduce)
+        chain = path[::-1]
+        for a, b in zip(chain, chain[1:], strict=False):
+            self.known[b] = self._successor(a, b)[0]
+        return self.known[i]
 
+    def step(self, a: int, b: int) -> tuple[list[Event], dict]:
+        """The events and stop choices of the edge from state a to state b."""
+        _, events, stops = self._successor(a, b)
+        return events, stops
 
-def exploration_of(part: Part) -> Exploration:
-    """One explored variant as an Exploration of its own."""
-    graph = nx.DiGraph()
-    add_part(graph, part)
-    return Exploration(graph, [part.nodes[0][0]], part.complete, drained_nodes(graph))
+    def _successor(self, a: int, b: int) -> tuple[SchedState, list[Event], dict]:
+        ex = self.ex
+        c = next(ex.choice[e] for e in ex.edges(a) if ex.target[e] == b)
+        w = ex.workloads[ex.variant_of(a)]
+        if a not in self.expanded:
+            self.expanded[a] = successors(self.state(a), w)
+        nxt, events, stops = self.expanded[a][c]
+        state = canonical(nxt, horizon_of(w), ex.reduce)
+        return state, events, stops

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import networkx as nx
 
-from model.explore import Node, variants
+from model.explore import variants
 from model.liveness import Lasso
+from model.state import SchedState
 from model.workload import Workload
 
 
-def lasso_workload(workload: Workload, spread: int, graph: nx.DiGraph, lasso: Lasso) -> Workload:
+def lasso_workload(workload: Workload, spread: int, lasso: Lasso) -> Workload:
     """The variant the lasso lives in, with token scripts that make the lasso's
     stop choices happen on the reference model, plus property, trace and cycle."""
-    variant = variants(workload, spread)[lasso.stem[0][0]]
+    variant = variants(workload, spread)[lasso.variant]
     choices: dict[tuple[str, int], bool] = {}
-    edges = list(zip(lasso.nodes, lasso.nodes[1:], strict=False))
-    for a, b in edges:
-        choices.update(graph.edges[a, b]["stops"])
+    for _, stops in lasso.steps:
+        choices.update(stops)
     vocab = workload.config.vocab_size
     reqs = []
     for r in variant.requests:
@@ -33,27 +33,26 @@ def lasso_workload(workload: Workload, spread: int, graph: nx.DiGraph, lasso: La
         reqs.append(replace(r, script_tokens=script))
     extra = {"property": "livelock", "source": "loopcheck explore",
              "cycle": {"start": len(lasso.stem) - 1, "length": len(lasso.cycle) - 1},
-             "trace": [[e.to_json() for e in graph.edges[a, b]["events"]] for a, b in edges]}
+             "trace": [[e.to_json() for e in events] for events, _ in lasso.steps]}
     return Workload(variant.config, tuple(reqs), extra)
 
 
 _MARK = {"pending": ".", "waiting": "w", "running": "R", "preempted": "P", "finished": "F"}
 
 
-def _label(node: Node) -> str:
-    _, state = node
+def _label(state: SchedState) -> str:
     parts = [f"{_MARK[r.status]}{r.frontier}/{r.generated}" for r in state.reqs]
     return f"t{state.step} free {state.free} | " + " ".join(parts)
 
 
-def lasso_graph(graph: nx.DiGraph, lasso: Lasso) -> nx.DiGraph:
+def lasso_graph(lasso: Lasso) -> nx.DiGraph:
     """The lasso as a small graph with readable node and edge labels."""
     out = nx.DiGraph()
     index = {node: i for i, node in enumerate(dict.fromkeys(lasso.nodes))}
-    for node, i in index.items():
-        out.add_node(i, label=_label(node), cycle=node in lasso.cycle)
-    for a, b in zip(lasso.nodes, lasso.nodes[1:], strict=False):
-        out.add_edge(index[a], index[b], label=" ".join(map(str, graph.edges[a, b]["events"])))
+    for node, state in zip(lasso.nodes, lasso.states, strict=True):
+        out.add_node(index[node], label=_label(state), cycle=node in lasso.cycle)
+    for a, b, (events, _) in zip(lasso.nodes, lasso.nodes[1:], lasso.steps, strict=False):
+        out.add_edge(index[a], index[b], label=" ".join(map(str, events)))
     return out
 
 

@@ -1,23 +1,33 @@
 """Liveness on an explored graph: non-progress cycles, the shortest realisable
-lasso, how many states can still drain, and worst-case drain figures."""
+lasso, how many states can still drain, and worst-case drain figures.
+
+Works on the compact graph of `model.explore.Exploration` (state numbers,
+edges in arrays); the states and events of a lasso are recomputed by replay."""
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
 
-import networkx as nx
+from model.events import Event
+from model.explore import Exploration, Replay
+from model.state import SchedState
 
-from model.explore import Exploration, Node
+ENTRIES_TRIED = 50   # cycle entries of one component tried for a realisable lasso
 
 
 @dataclass
 class Lasso:
-    stem: list[Node]     # initial node .. cycle entry (inclusive)
-    cycle: list[Node]    # entry .. back to entry (entry repeated at the end)
+    """A path from a variant's root into a cycle, with its states and steps."""
+
+    variant: int         # the family's variant it lives in
+    stem: list[int]      # root .. cycle entry (inclusive), state numbers
+    cycle: list[int]     # entry .. back to entry (entry repeated at the end)
+    states: list[SchedState]                                # of `nodes`, in order
+    steps: list[tuple[list[Event], dict[tuple[str, int], bool]]]   # events and stop choices along `nodes`
 
     @property
-    def nodes(self) -> list[Node]:
+    def nodes(self) -> list[int]:
         return self.stem + self.cycle[1:]
 
 
@@ -32,69 +42,143 @@ class Liveness:
     worst_preemptions: int | None
 
 
-def _path(parents: dict[Node, Node | None], end: Node) -> list[Node]:
-    out = [end]
-    parent = parents[end]
-    while parent is not None:
-        out.append(parent)
-        parent = parents[parent]
+def components(ex: Exploration) -> list[list[int]]:
+    """Strongly connected components (Tarjan, iterative), each emitted after
+    every component it reaches (reverse topological order)."""
+    start, target = ex.edge_start, ex.target
+    index = [-1] * ex.states
+    low = [0] * ex.states
+    on_stack = bytearray(ex.states)
+    stack: list[int] = []
+    out: list[list[int]] = []
+    counter = 0
+    for root in range(ex.states):
+        if index[root] >= 0:
+            continue
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = 1
+        work = [[root, start[root]]]
+        while work:
+            frame = work[-1]
+            v, e = frame
+            if e < start[v + 1]:
+                frame[1] = e + 1
+                w = target[e]
+                if index[w] < 0:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack[w] = 1
+                    work.append([w, start[w]])
+                elif on_stack[w] and index[w] < low[v]:
+                    low[v] = index[w]
+                continue
+            work.pop()
+            if work and low[v] < low[work[-1][0]]:
+                low[work[-1][0]] = low[v]
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack[w] = 0
+                    comp.append(w)
+                    if w == v:
+                        break
+                out.append(comp)
+    return out
+
+
+def _stem(ex: Exploration, entry: int) -> list[int]:
+    out = [entry]
+    while ex.parent[out[-1]] >= 0:
+        out.append(ex.parent[out[-1]])
     return out[::-1]
 
 
-def _bfs(graph: nx.DiGraph, sources: list[Node], allowed: set[Node] | None = None) -> dict[Node, Node | None]:
-    parents: dict[Node, Node | None] = {s: None for s in sources}
-    queue = deque(sources)
+def _shortest_cycle(ex: Exploration, entry: int, members: set[int]) -> list[int]:
+    """A shortest cycle through `entry` within its component (breadth-first)."""
+    parents: dict[int, int] = {entry: -1}
+    queue = deque([entry])
     while queue:
         node = queue.popleft()
-        for nxt in graph.successors(node):
-            if nxt not in parents and (allowed is None or nxt in allowed):
+        for e in ex.edges(node):
+            nxt = ex.target[e]
+            if nxt == entry:
+                path = [node]
+                while parents[path[-1]] >= 0:
+                    path.append(parents[path[-1]])
+                return path[::-1] + [entry]
+            if nxt in members and nxt not in parents:
                 parents[nxt] = node
                 queue.append(nxt)
-    return parents
+    raise AssertionError("a non-trivial component has a cycle through each member")
 
 
-def _shortest_cycle(graph: nx.DiGraph, entry: Node, scc: set[Node]) -> list[Node]:
-    if graph.has_edge(entry, entry):
-        return [entry, entry]
-    parents = _bfs(graph, [entry], scc)
-    best = min((p for p in graph.predecessors(entry) if p in parents), key=lambda p: len(_path(parents, p)))
-    return _path(parents, best) + [entry]
-
-
-def _consistent(graph: nx.DiGraph, nodes: list[Node]) -> bool:
+def _consistent(steps: list[tuple[list[Event], dict[tuple[str, int], bool]]]) -> bool:
     """Stop choices along the path (the cycle repeating forever) agree per token:
     greedy decoding makes the same token the same each time it is produced."""
     seen: dict[tuple[str, int], bool] = {}
-    for a, b in zip(nodes, nodes[1:], strict=False):
-        for key, value in graph.edges[a, b]["stops"].items():
+    for _, stops in steps:
+        for key, value in stops.items():
             if seen.setdefault(key, value) != value:
                 return False
     return True
 
 
 def analyse(ex: Exploration) -> Liveness:
-    graph = ex.graph
-    stem_parents = _bfs(graph, ex.initial)
+    """Non-progress components (a cycle not all drained), the shortest lasso whose
+    stop choices are consistent, states that can reach a drained one, and, when
+    the graph is complete and acyclic but for drained self-loops, the longest
+    drain in steps and in preemptions."""
+    replay = Replay(ex)
     lasso, sccs, unrealisable = None, 0, 0
-    for scc in nx.strongly_connected_components(graph):
-        node = next(iter(scc))
-        if (len(scc) == 1 and not graph.has_edge(node, node)) or scc <= ex.drained:
-            continue
-        sccs += 1
-        for entry in sorted(scc, key=lambda n: len(_path(stem_parents, n)))[:50]:
-            candidate = Lasso(_path(stem_parents, entry), _shortest_cycle(graph, entry, scc))
-            if _consistent(graph, candidate.nodes):
-                if lasso is None or len(candidate.nodes) < len(lasso.nodes):
-                    lasso = candidate
-                break
-        else:
-            unrealisable += 1
-    can_drain = len(ex.drained | set().union(*(nx.ancestors(graph, d) for d in ex.drained))) if ex.drained else 0
+    comps = components(ex)
+    can_drain = bytearray(ex.states)
+    acyclic = True
+    for comp in comps:
+        # every component this one reaches was emitted before it: its can_drain is known
+        reaches = any(ex.drained[n] or can_drain[ex.target[e]] for n in comp for e in ex.edges(n))
+        for n in comp:
+            can_drain[n] = reaches
+        looped = len(comp) > 1 or any(ex.target[e] == comp[0] for e in ex.edges(comp[0]))
+        if looped and not all(ex.drained[n] for n in comp):
+            sccs += 1
+            found = _realisable_lasso(ex, replay, comp)
+            if found is None:
+                unrealisable += 1
+            elif lasso is None or len(found.nodes) < len(lasso.nodes):
+                lasso = found
+        acyclic = acyclic and len(comp) == 1
     worst_steps = worst_pre = None
-    if sccs == 0 and ex.complete:
-        dag = graph.copy()
-        dag.remove_edges_from([(n, n) for n in ex.drained if dag.has_edge(n, n)])
-        if nx.is_directed_acyclic_graph(dag):
-            worst_steps = nx.dag_longest_path_length(dag, weight=None)
-            worst_pre = nx.dag_longest_path_length(dag, weight="preemptions", default_weight=0)
-    return Liveness(lasso is not None, lasso, sccs, unrealisable, can_drain, worst_steps, worst_pre)
+    if sccs == 0 and ex.complete and acyclic:
+        worst_steps, worst_pre = _longest_drains(ex, comps)
+    return Liveness(lasso is not None, lasso, sccs, unrealisable, sum(can_drain), worst_steps, worst_pre)
+
+
+def _realisable_lasso(ex: Exploration, replay: Replay, comp: list[int]) -> Lasso | None:
+    """The first of the component's nearest entries (by depth, then number)
+    whose stem and shortest cycle have consistent stop choices."""
+    members = set(comp)
+    for entry in sorted(comp, key=lambda n: (ex.depth[n], n))[:ENTRIES_TRIED]:
+        stem, cycle = _stem(ex, entry), _shortest_cycle(ex, entry, members)
+        nodes = stem + cycle[1:]
+        steps = [replay.step(a, b) for a, b in zip(nodes, nodes[1:], strict=False)]
+        if _consistent(steps):
+            return Lasso(ex.variant_ids[ex.variant_of(entry)], stem, cycle, [replay.state(n) for n in nodes], steps)
+    return None
+
+
+def _longest_drains(ex: Exploration, comps: list[list[int]]) -> tuple[int, int]:
+    """Longest path in steps and in preemptions of the graph (acyclic but for
+    drained self-loops), components taken in reverse topological order."""
+    steps = [0] * ex.states
+    pre = [0] * ex.states
+    for (n,) in comps:
+        for e in ex.edges(n):
+            m = ex.target[e]
+            if m != n:
+                steps[n] = max(steps[n], 1 + steps[m])
+                pre[n] = max(pre[n], ex.preemptions[e] + pre[m])
+    return max(steps, default=0), max(pre, default=0)

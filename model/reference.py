@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
@@ -178,7 +178,7 @@ class _Step:
                 if self.cache[page] == 0:  # becomes cache-only: move to eviction tail
                     self.cache[page] = self.cache.pop(page)
                     self.cache_only += 1
-        self.reqs[i] = replace(self.reqs[i], pages=())
+        self.reqs[i] = self.reqs[i].evolve(pages=())
 
     def take_private(self, n: int) -> None:
         """Move n pages' blocks off the free queue, evicting cache-only pages first in
@@ -275,13 +275,13 @@ class _Step:
         r = self.reqs[v]
         if r.chunk_end > r.frontier:
             self.emit("rewind", v, r.frontier)
-            r = replace(r, chunk_end=r.frontier, chunk_depth=0)
+            r = r.evolve(chunk_end=r.frontier, chunk_depth=0)
         self.reqs[v] = r
         self.release(v)
         if self.cfg.snapshots:
-            self.set_status(v, replace(self.reqs[v], status=PREEMPTED))
+            self.set_status(v, self.reqs[v].evolve(status=PREEMPTED))
         else:
-            self.set_status(v, replace(self.reqs[v], status=PREEMPTED, frontier=0, chunk_end=0, generated=0))
+            self.set_status(v, self.reqs[v].evolve(status=PREEMPTED, frontier=0, chunk_end=0, generated=0))
         self.emit("preempt", v, self.specs[by].rid, self.cfg.snapshots)
 
     def key_of(self, i: int) -> tuple[int, int, str]:
@@ -291,7 +291,7 @@ class _Step:
         """Finish a schedulable request (it leaves the priority order)."""
         del self.order[bisect_left(self.order, self.key_of(i), key=self.key_of)]
         self.release(i)
-        self.set_status(i, replace(self.reqs[i], status=FINISHED, finish=reason,
+        self.set_status(i, self.reqs[i].evolve(status=FINISHED, finish=reason,
                                    chunk_end=self.reqs[i].frontier, chunk_depth=0))
         self.emit("finish", i, reason)
 
@@ -307,10 +307,10 @@ class _Step:
             if never_fits(spec, self.cfg):
                 need = total_pages(spec, self.cfg) * self.planes
                 self.emit("reject", i, f"needs {need} blocks, pool has {self.cfg.num_blocks}")
-                self.reqs[i] = replace(self.reqs[i], status=FINISHED, finish="rejected")
+                self.reqs[i] = self.reqs[i].evolve(status=FINISHED, finish="rejected")
                 self.emit("finish", i, "rejected")
             else:
-                self.reqs[i] = replace(self.reqs[i], status=WAITING)
+                self.reqs[i] = self.reqs[i].evolve(status=WAITING)
                 insort(self.order, i, key=self.key_of)
         aborts = self.env.aborts(self.t)
         aborted = [i for i in self.order if self.specs[i].rid in aborts] if aborts else []
@@ -352,7 +352,7 @@ class _Step:
             self.preempt(less_urgent[0], by=i)
         if grow > 0:
             self.take_private(grow)
-            self.reqs[i] = replace(self.reqs[i], pages=self.reqs[i].pages + (None,) * grow)
+            self.reqs[i] = self.reqs[i].evolve(pages=self.reqs[i].pages + (None,) * grow)
         self.put_in_batch(i, (kind, start, end))
 
     def bypass_blocked(self) -> bool:
@@ -374,7 +374,7 @@ class _Step:
             if self.fresh_admissions > before:
                 for j in group:
                     bypasses = self.reqs[j].bypasses + self.fresh_admissions - before
-                    self.reqs[j] = replace(self.reqs[j], bypasses=bypasses)
+                    self.reqs[j] = self.reqs[j].evolve(bypasses=bypasses)
 
     def choose_victim(self, i: int, watermark: bool) -> int | None:
         """Priority preemption for waiting request i: None means do not preempt."""
@@ -395,7 +395,7 @@ class _Step:
         """Guarded check: would i fit once v is preempted, counting prefix pages that
         other running requests are still prefilling as hits (optimistic)?"""
         saved = (self.reqs[v], self.free, dict(self.cache), self.cache_only)
-        self.set_status(v, replace(self.reqs[v], status=PREEMPTED))
+        self.set_status(v, self.reqs[v].evolve(status=PREEMPTED))
         self.release(v)
         plan = self.plan(i, pending_from=others)
         ok = plan is not None and self.fits(i, plan, watermark)
@@ -439,7 +439,7 @@ class _Step:
             hashes.append(h)
         self.take_private(plan.pages - plan.hits)
         r = self.reqs[i]
-        self.set_status(i, replace(r, status=RUNNING, frontier=plan.frontier,
+        self.set_status(i, r.evolve(status=RUNNING, frontier=plan.frontier,
                                    chunk_end=plan.frontier, chunk_depth=0,
                                    pages=tuple(hashes) + (None,) * (plan.pages - plan.hits),
                                    bypasses=0))
@@ -506,9 +506,9 @@ class _Step:
                 depth = r.chunk_depth + 1 if self.cfg.wcpb else L
                 self.emit("prefill", i, start, end, depth)
                 if depth == L:
-                    r = replace(r, frontier=end, chunk_end=end, chunk_depth=0)
+                    r = r.evolve(frontier=end, chunk_end=end, chunk_depth=0)
                 else:
-                    r = replace(r, chunk_end=end, chunk_depth=depth)
+                    r = r.evolve(chunk_end=end, chunk_depth=depth)
                 self.reqs[i] = r
                 if not (depth == L and end == P_of(i)):
                     self.publish(i)
@@ -516,7 +516,7 @@ class _Step:
             outcome = self.env.outcome(spec.rid, r.generated)
             depth = L if r.generated == 0 else outcome.exit_depth
             self.emit("token", i, r.generated, outcome.token_id, depth)
-            self.reqs[i] = replace(r, generated=r.generated + 1)
+            self.reqs[i] = r.evolve(generated=r.generated + 1)
             self.publish(i)
             if spec.stop_token is not None and outcome.token_id == spec.stop_token:
                 self.finish(i, "stop")
@@ -536,7 +536,7 @@ class _Step:
                     self.cache[h] = 1  # the private page's blocks now back the entry
                     pages[k] = h
                     self.emit("publish", i, k)
-        self.reqs[i] = replace(r, pages=tuple(pages))
+        self.reqs[i] = r.evolve(pages=tuple(pages))
 
     def run(self) -> tuple[SchedState, list[Event]]:
         self.arrivals_and_aborts()

@@ -1,4 +1,5 @@
-"""Immutable, hashable scheduler state of the reference model."""
+"""Immutable, hashable scheduler state of the reference model, and its stable
+64-bit fingerprint."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from dataclasses import dataclass
 
 PENDING, WAITING, RUNNING, PREEMPTED, FINISHED = (
     "pending", "waiting", "running", "preempted", "finished")
+_STATUS_CODE = {PENDING: 0, WAITING: 1, RUNNING: 2, PREEMPTED: 3, FINISHED: 4}
+_FINISH_CODE = {None: 0, "length": 1, "stop": 2, "abort": 3, "rejected": 4}
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,33 @@ class ReqState:
     pages: tuple[int | None, ...] = ()
     bypasses: int = 0
     finish: str | None = None
+
+    def evolve(self, **changes: object) -> ReqState:
+        """A copy with some fields changed: `dataclasses.replace` without its
+        per-call introspection (the model makes several per step)."""
+        unknown = changes.keys() - _REQ_FIELDS
+        if unknown:
+            raise TypeError(f"ReqState has no field {sorted(unknown)[0]!r}")
+        values = dict(self.__dict__)
+        values.pop("_code", None)
+        values.update(changes)
+        new = object.__new__(ReqState)
+        new.__dict__.update(values)
+        return new
+
+    def code(self) -> tuple[int, ...]:
+        """The fields as integers only (stable across processes, unlike the hash
+        of a string or of None), computed once."""
+        cached = self.__dict__.get("_code")
+        if cached is None:
+            cached = (_STATUS_CODE[self.status], self.frontier, self.chunk_end, self.chunk_depth, self.generated,
+                      self.bypasses, _FINISH_CODE[self.finish], len(self.pages),
+                      *(-1 if page is None else page for page in self.pages))
+            object.__setattr__(self, "_code", cached)
+        return cached
+
+
+_REQ_FIELDS = frozenset(ReqState.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -53,6 +83,17 @@ class SchedState:
             cached = hash((self.step, self.reqs, self.free, self.cache, self.guard))
             object.__setattr__(self, "_hash", cached)
         return cached
+
+    def fingerprint(self) -> int:
+        """A 64-bit fingerprint of the whole state, the same in every process and
+        run (the hash of a tuple of integers): equal states have equal
+        fingerprints; different states collide with probability about 2^-64."""
+        parts = [self.step, self.free, len(self.cache), *(x for entry in self.cache for x in entry)]
+        for r in self.reqs:
+            parts += r.code()
+        for entry in sorted(self.guard):   # set order is not stable
+            parts += entry
+        return hash(tuple(parts))
 
     def free_count(self, planes: int) -> int:
         """Free blocks as admission sees them: free queue plus cache-only pages."""

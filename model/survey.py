@@ -16,7 +16,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from model.explore import Caps, exploration_of, explore_variant, variants
+from model.explore import Caps, collision_probability, explore_variant, variants
 from model.liveness import Liveness, analyse
 from model.workload import Workload
 
@@ -31,13 +31,14 @@ class Survey:
     drained: int
     complete: bool
     liveness: Liveness
+    collision_probability: float   # that a fingerprint collision merged two states (upper estimate)
 
 
 def _survey_variant(job: tuple[int, Workload, bool, Caps],
                     progress: Callable[[int, int], None] | None = None) -> Survey:
-    ex = exploration_of(explore_variant(*job, progress))
-    depth = max((d for _, d in ex.graph.nodes(data="depth")), default=0)
-    return Survey(ex.states, ex.transitions, depth, len(ex.drained), ex.complete, analyse(ex))
+    ex = explore_variant(*job, progress)
+    return Survey(ex.states, ex.transitions, max(ex.depth, default=0), sum(ex.drained), ex.complete, analyse(ex),
+                  collision_probability([ex.states]))
 
 
 _jobs: list[tuple[int, Workload, bool, Caps]] = []   # in a worker process: the survey's jobs
@@ -107,4 +108,5 @@ def combine(parts: list[Survey], complete: bool) -> Survey:
                         max((s for s, _ in worst), default=0) if known else None,
                         max((p for _, p in worst), default=0) if known else None)
     return Survey(sum(p.states for p in parts), sum(p.transitions for p in parts),
-                  max((p.depth for p in parts), default=0), sum(p.drained for p in parts), complete, liveness)
+                  max((p.depth for p in parts), default=0), sum(p.drained for p in parts), complete, liveness,
+                  min(1.0, sum(p.collision_probability for p in parts)))

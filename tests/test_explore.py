@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import networkx as nx
@@ -10,7 +13,7 @@ import pytest
 
 from loopcheck.cli import main
 from model.bounds import preemption_bound
-from model.explore import explore
+from model.explore import Replay, canonical, explore, horizon_of, successors
 from model.liveness import analyse
 from model.survey import survey
 from model.workload import load_workload
@@ -35,6 +38,38 @@ def test_pinned_state_counts() -> None:
     b = explore(small_b(), spread=1)
     assert (b.states, b.transitions) == (137, 187)
     assert explore(small_b(), spread=1, reduce=False).states == 330
+
+
+def test_the_compact_graph_is_the_models_successor_relation() -> None:
+    """Replayed from the roots, the numbered states are distinct model states
+    within each variant, and each state's edges lead to exactly the states the
+    model's steps lead to."""
+    ex = explore(small_b(), spread=1)
+    replay = Replay(ex)
+    states = [replay.state(i) for i in range(ex.states)]
+    keys = [(ex.variant_of(i), state) for i, state in enumerate(states)]
+    assert len(set(keys)) == len({(v, state.fingerprint()) for v, state in keys}) == ex.states
+    for i, state in enumerate(states):
+        w = ex.workloads[ex.variant_of(i)]
+        following = {canonical(nxt, horizon_of(w), True) for nxt, _, _ in successors(state, w)}
+        assert {states[ex.target[e]] for e in ex.edges(i)} == following
+        assert ex.drained[i] == all(r.status == "finished" for r in state.reqs)
+
+
+FINGERPRINTS = """
+from model.explore import Replay, explore
+from tests.test_explore import small_b
+ex = explore(small_b(), spread=1)
+print([Replay(ex).state(i).fingerprint() for i in range(ex.states)])
+"""
+
+
+def test_fingerprints_are_the_same_in_every_process() -> None:
+    """Fingerprints hash integers only, so string hash randomisation does not
+    change them (the same counts and figures in every run)."""
+    runs = [subprocess.run([sys.executable, "-c", FINGERPRINTS], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")]
+    assert runs[0] == runs[1] and len(json.loads(runs[0])) == 137
 
 
 @pytest.mark.parametrize("make", [lambda: small_b("guarded"), lambda: small_b("unguarded"),
@@ -82,7 +117,7 @@ def test_the_survey_on_two_processes_equals_the_whole_graph(make, spread) -> Non
     ex = explore(w, spread=spread)
     whole = analyse(ex)
     one, two = survey(w, spread), survey(w, spread, workers=2)
-    assert figures(one) == figures(two) == (ex.states, ex.transitions, len(ex.drained), ex.complete, whole.livelock,
+    assert figures(one) == figures(two) == (ex.states, ex.transitions, sum(ex.drained), ex.complete, whole.livelock,
                                             whole.non_progress_sccs, whole.can_drain, whole.worst_drain_steps,
                                             whole.worst_preemptions)
     assert (one.liveness.lasso is None) == (whole.lasso is None)
