@@ -13,10 +13,12 @@ states (`collision_probability`).
 
 Reduction (`reduce`; keeps every verdict and figure, tested): finished
 requests are abstracted to a bare FINISHED record, since they can never
-influence scheduling again. (Capping bypass counts at max_bypasses would be
-sound but merges nothing: the rules never let a count pass the limit.)
-Permuting requests with identical specs is NOT a symmetry here: the priority
-key breaks ties by id, so ids order the scheduling pass.
+influence scheduling again; so a request's last token is no stop choice
+(either way it finishes, into the same record), which saves model steps, not
+states. Capping bypass counts at max_bypasses would be sound but merges
+nothing: the rules never let a count pass the limit. Permuting requests with
+identical specs is NOT a symmetry here: the priority key breaks ties by id, so
+ids order the scheduling pass.
 """
 
 from __future__ import annotations
@@ -79,11 +81,14 @@ def canonical(state: SchedState, horizon: int, reduce: bool) -> SchedState:
     return SchedState(min(state.step, horizon), reqs, state.free, state.cache, guard)
 
 
-def successors(state: SchedState, w: Workload) -> list[tuple[SchedState, list[Event], dict]]:
-    """Every next state with its events and the stop choices that led there."""
+def successors(state: SchedState, w: Workload, reduce: bool) -> list[tuple[SchedState, list[Event], dict]]:
+    """Every next state with its events and the stop choices that led there. With
+    `reduce`, a request's last token is no choice: stop or not, it finishes the
+    request, and `canonical` makes the two finished records one."""
     probe = _ChoiceEnv(w, {})
     nxt, events = step(state, probe)
-    choosable = [key for key in probe.asked if w.by_id(key[0]).stop_token is not None]
+    choosable = [(rid, index) for rid, index in probe.asked if w.by_id(rid).stop_token is not None
+                 and not (reduce and index == w.by_id(rid).max_tokens - 1)]
     if not choosable:
         return [(nxt, events, {})]
     out = [(nxt, events, dict.fromkeys(choosable, False))]   # the probe made no token a stop token
@@ -182,7 +187,7 @@ class Exploration:
         while queue:
             i = len(self.edge_start) - 1     # states are expanded in number order
             out: dict[int, tuple[int, int]] = {}
-            for c, (nxt, events, _) in enumerate(successors(queue.popleft(), w)):
+            for c, (nxt, events, _) in enumerate(successors(queue.popleft(), w, self.reduce)):
                 state = canonical(nxt, horizon, self.reduce)
                 fingerprint = state.fingerprint()
                 j = seen.get(fingerprint)
@@ -274,7 +279,7 @@ class Replay:
         c = next(ex.choice[e] for e in ex.edges(a) if ex.target[e] == b)
         w = ex.workloads[ex.variant_of(a)]
         if a not in self.expanded:
-            self.expanded[a] = successors(self.state(a), w)
+            self.expanded[a] = successors(self.state(a), w, ex.reduce)
         nxt, events, stops = self.expanded[a][c]
         state = canonical(nxt, horizon_of(w), ex.reduce)
         return state, events, stops

@@ -292,7 +292,7 @@ class _Step:
         del self.order[bisect_left(self.order, self.key_of(i), key=self.key_of)]
         self.release(i)
         self.set_status(i, self.reqs[i].evolve(status=FINISHED, finish=reason,
-                                   chunk_end=self.reqs[i].frontier, chunk_depth=0))
+                                               chunk_end=self.reqs[i].frontier, chunk_depth=0))
         self.emit("finish", i, reason)
 
     # ----- phases -----------------------------------------------------------------
@@ -440,9 +440,9 @@ class _Step:
         self.take_private(plan.pages - plan.hits)
         r = self.reqs[i]
         self.set_status(i, r.evolve(status=RUNNING, frontier=plan.frontier,
-                                   chunk_end=plan.frontier, chunk_depth=0,
-                                   pages=tuple(hashes) + (None,) * (plan.pages - plan.hits),
-                                   bypasses=0))
+                                    chunk_end=plan.frontier, chunk_depth=0,
+                                    pages=tuple(hashes) + (None,) * (plan.pages - plan.hits),
+                                    bypasses=0))
         self.guard = {g for g in self.guard if g[0] != i}
         if fresh:
             self.emit("admit", i, plan.hits)

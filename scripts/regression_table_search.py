@@ -9,7 +9,7 @@ The config is the regression's (40 blocks of size 2, max_num_seqs 4,
 max_num_batched_tokens 6, prefill_chunk_size 4, priority preemption, WCPB, 4
 loops, last_exited layout, upfront allocation, snapshots); the watermark and
 `resume_watermark` are searched too. Hill climbing from random starts: each move
-changes one field of one request (or the watermark), and is kept when the
+changes one field of one request (or every arrival, or the watermark), and is kept when the
 distance to the figures does not grow; a climb that ends close is finished by a
 descent over every one-change neighbour (and, closer still, every two-change
 one). Deterministic for a seed.
@@ -52,10 +52,14 @@ def figures(w: Workload) -> dict[str, tuple[int, ...]]:
 
 
 def distance(found: dict[str, tuple[int, ...]]) -> float:
-    """0 exactly at the eight figures; counts weighted so each figure matters."""
+    """0 exactly at the eight figures; counts weighted so each figure matters,
+    and the requests left preempted at the stop (preemptions - resumptions: the
+    livelock's shape, which moves no count by just one) weighted on their own."""
     u, g = found["unguarded"], found["guarded"]
     tu, tg = TARGET["unguarded"], TARGET["guarded"]
+    stranded = abs((u[1] - u[2]) - (tu[1] - tu[2]))
     return (10 * abs(u[0] - tu[0]) + abs(u[1] - tu[1]) / 5 + abs(u[2] - tu[2]) / 5 + 2 * abs(u[3] - tu[3])
+            + 4 * stranded
             + 10 * abs(g[0] - tg[0]) + 3 * abs(g[1] - tg[1]) + 3 * abs(g[2] - tg[2]) + 2 * abs(g[3] - tg[3])
             + abs(g[4] - GUARDED_STEPS) / 2)
 
@@ -66,7 +70,9 @@ def random_request(rng: random.Random, k: int) -> RequestSpec:
 
 
 def mutate(rng: random.Random, w: Workload, resume: str) -> Workload:
-    k = rng.randrange(len(w.requests) + 1)
+    k = rng.randrange(len(w.requests) + 2)
+    if k == len(w.requests) + 1:
+        return shifted(w, rng.choice([-1, 1]))
     if k == len(w.requests):
         cfg = replace(w.config, watermark_blocks=rng.choice([0, 2, 4, 6, 8]))
         if resume == "both":
@@ -85,10 +91,15 @@ def mutate(rng: random.Random, w: Workload, resume: str) -> Workload:
     return Workload(w.config, w.requests[:k] + (r,) + w.requests[k + 1:])
 
 
+def shifted(w: Workload, d: int) -> Workload:
+    """Every arrival moved by d (kept >= 0): the same run, d steps later."""
+    return Workload(w.config, tuple(replace(r, arrival=max(0, r.arrival + d)) for r in w.requests))
+
+
 def neighbours(w: Workload, resume: str) -> list[Workload]:
     """Every workload one small change away, in a fixed order: a request's
-    arrival, max_tokens or prompt length one up or down, or its priority; the
-    watermark; resume_watermark when searched."""
+    arrival, max_tokens or prompt length one up or down, or its priority; all
+    arrivals one up or down; the watermark; resume_watermark when searched."""
     out = []
     for k, r in enumerate(w.requests):
         changed = [replace(r, arrival=r.arrival + d) for d in (-1, 1) if r.arrival + d >= 0]
@@ -97,6 +108,7 @@ def neighbours(w: Workload, resume: str) -> list[Workload]:
         changed += [replace(r, prompt=r.prompt + (r.prompt[-1],))]
         changed += [replace(r, priority=p) for p in range(4) if p != r.priority]
         out += [Workload(w.config, w.requests[:k] + (c,) + w.requests[k + 1:]) for c in changed]
+    out += [shifted(w, d) for d in (-1, 1)]
     out += [w.with_config(watermark_blocks=m) for m in (0, 2, 4, 6, 8) if m != w.config.watermark_blocks]
     if resume == "both":
         out.append(w.with_config(resume_watermark=not w.config.resume_watermark))
