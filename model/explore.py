@@ -100,6 +100,51 @@ def successors(state: SchedState, w: Workload, reduce: bool) -> list[tuple[Sched
     return out
 
 
+class SuccessorCache:
+    """Successors of states past the horizon, shared by the variants of a family.
+
+    Past the horizon nothing arrives or aborts any more, so a step depends only
+    on the state without its step counter, on the config, and on the requests
+    with their arrivals and aborts reduced to the priority order the arrivals
+    give (`kind`): variants of one kind have the same successors of such a state
+    (up to the capped step counter, set to the asking variant's horizon), events
+    and stop choices. Exact (keys are whole states); bounded: it starts over past
+    LIMIT entries (results unchanged).
+    """
+
+    LIMIT = 100_000
+
+    def __init__(self) -> None:
+        self.known: dict[tuple, list[tuple[tuple, list[Event], dict]]] = {}
+        self.kinds: dict[tuple, int] = {}
+
+    def kind(self, w: Workload, reduce: bool) -> int:
+        """A number for what decides w's steps past its horizon."""
+        order = tuple(sorted(range(len(w.requests)), key=lambda i: w.requests[i].key))
+        specs = tuple(replace(r, arrival=0, abort_at=None) for r in w.requests)
+        return self.kinds.setdefault((w.config, specs, order, reduce), len(self.kinds))
+
+    def successors(self, state: SchedState, w: Workload, kind: int, horizon: int,
+                   reduce: bool) -> list[tuple[SchedState, list[Event], dict]]:
+        """`canonical_successors` of the state (`kind`: `self.kind(w, reduce)`)."""
+        if state.step < horizon:
+            return canonical_successors(state, w, horizon, reduce)
+        key = (kind, state.reqs, state.free, state.cache, state.guard)
+        found = self.known.get(key)
+        if found is None:
+            if len(self.known) >= self.LIMIT:
+                self.known.clear()
+            found = self.known[key] = [((s.reqs, s.free, s.cache, s.guard), events, stops)
+                                       for s, events, stops in canonical_successors(state, w, horizon, reduce)]
+        return [(SchedState(horizon, *content), events, stops) for content, events, stops in found]
+
+
+def canonical_successors(state: SchedState, w: Workload, horizon: int,
+                         reduce: bool) -> list[tuple[SchedState, list[Event], dict]]:
+    """`successors`, each next state made `canonical`."""
+    return [(canonical(nxt, horizon, reduce), events, stops) for nxt, events, stops in successors(state, w, reduce)]
+
+
 def horizon_of(w: Workload) -> int:
     """The step after which time no longer matters (arrivals and aborts are done)."""
     times = [r.arrival for r in w.requests] + [r.abort_at for r in w.requests if r.abort_at is not None]
@@ -172,11 +217,12 @@ class Exploration:
         self.drained.append(all(r.status == FINISHED for r in state.reqs))
         return len(self.parent) - 1
 
-    def _explore_variant(self, v: int, w: Workload, caps: Caps, progress: Callable[[int, int], None] | None) -> None:
+    def _explore_variant(self, v: int, w: Workload, caps: Caps, cache: SuccessorCache,
+                         progress: Callable[[int, int], None] | None) -> None:
         """Breadth-first exploration of one variant, appended; clears `complete`
         and stops at the caps. `progress(states, queue)` every PROGRESS_EVERY
         states."""
-        horizon = horizon_of(w)
+        horizon, kind = horizon_of(w), cache.kind(w, self.reduce)
         root_state = canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, self.reduce)
         root = self._add_state(-1, 0, root_state)
         self.workloads.append(w)
@@ -187,8 +233,7 @@ class Exploration:
         while queue:
             i = len(self.edge_start) - 1     # states are expanded in number order
             out: dict[int, tuple[int, int]] = {}
-            for c, (nxt, events, _) in enumerate(successors(queue.popleft(), w, self.reduce)):
-                state = canonical(nxt, horizon, self.reduce)
+            for c, (state, events, _) in enumerate(cache.successors(queue.popleft(), w, kind, horizon, self.reduce)):
                 fingerprint = state.fingerprint()
                 j = seen.get(fingerprint)
                 if j is None:
@@ -220,12 +265,13 @@ def collision_probability(states_per_variant: list[int]) -> float:
     return min(1.0, sum(n * (n - 1) / 2 for n in states_per_variant) / 2.0**64)
 
 
-def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps,
+def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps, cache: SuccessorCache,
                     progress: Callable[[int, int], None] | None = None) -> Exploration:
     """Variant `v` (workload `w`) of a family explored on its own, up to
-    `caps.max_states` states or the memory cap (then complete=False)."""
+    `caps.max_states` states or the memory cap (then complete=False); `cache`
+    may hold successors from other variants of the family."""
     ex = Exploration([], [], [], reduce)
-    ex._explore_variant(v, w, caps, progress)
+    ex._explore_variant(v, w, caps, cache, progress)
     return ex
 
 
@@ -238,8 +284,9 @@ def explore(workload: Workload, max_states: int = 200_000, spread: int = 0, redu
     processes, one variant at a time.)"""
     caps = Caps(max_states, max_memory_mb)
     ex = Exploration([], [], [], reduce)
+    cache = SuccessorCache()
     for v, w in enumerate(variants(workload, spread)):
-        ex._explore_variant(v, w, caps, progress)
+        ex._explore_variant(v, w, caps, cache, progress)
         if not ex.complete:
             break
     return ex
@@ -279,7 +326,5 @@ class Replay:
         c = next(ex.choice[e] for e in ex.edges(a) if ex.target[e] == b)
         w = ex.workloads[ex.variant_of(a)]
         if a not in self.expanded:
-            self.expanded[a] = successors(self.state(a), w, ex.reduce)
-        nxt, events, stops = self.expanded[a][c]
-        state = canonical(nxt, horizon_of(w), ex.reduce)
-        return state, events, stops
+            self.expanded[a] = canonical_successors(self.state(a), w, horizon_of(w), ex.reduce)
+        return self.expanded[a][c]

@@ -38,10 +38,19 @@ class ReqState:
             raise TypeError(f"ReqState has no field {sorted(unknown)[0]!r}")
         values = dict(self.__dict__)
         values.pop("_code", None)
+        values.pop("_hash", None)
         values.update(changes)
         new = object.__new__(ReqState)
         new.__dict__.update(values)
         return new
+
+    def __hash__(self) -> int:
+        """The hash of `code()`, computed once (the explorer's keys hash many requests)."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(self.code())
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     def code(self) -> tuple[int, ...]:
         """The fields as integers only (stable across processes, unlike the hash

@@ -16,7 +16,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from model.explore import Caps, collision_probability, explore_variant, variants
+from model.explore import Caps, SuccessorCache, collision_probability, explore_variant, variants
 from model.liveness import Liveness, analyse
 from model.workload import Workload
 
@@ -34,14 +34,15 @@ class Survey:
     collision_probability: float   # that a fingerprint collision merged two states (upper estimate)
 
 
-def _survey_variant(job: tuple[int, Workload, bool, Caps],
+def _survey_variant(job: tuple[int, Workload, bool, Caps], cache: SuccessorCache,
                     progress: Callable[[int, int], None] | None = None) -> Survey:
-    ex = explore_variant(*job, progress)
+    ex = explore_variant(*job, cache, progress)
     return Survey(ex.states, ex.transitions, max(ex.depth, default=0), sum(ex.drained), ex.complete, analyse(ex),
                   collision_probability([ex.states]))
 
 
 _jobs: list[tuple[int, Workload, bool, Caps]] = []   # in a worker process: the survey's jobs
+_cache = SuccessorCache()                             # ... and the successors its variants share
 
 
 def _inherit(jobs: list[tuple[int, Workload, bool, Caps]]) -> None:
@@ -53,7 +54,7 @@ def _inherit(jobs: list[tuple[int, Workload, bool, Caps]]) -> None:
 
 
 def _survey_job(v: int) -> Survey:
-    return _survey_variant(_jobs[v])
+    return _survey_variant(_jobs[v], _cache)
 
 
 def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states: int = 200_000,
@@ -76,7 +77,8 @@ def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states:
         def inner(n: int, queue: int) -> None:
             if progress:
                 progress(sum(p.states for p in done) + n, queue)
-        states = _collect((_survey_variant(job, inner) for job in jobs), done, len(jobs), caps, progress)
+        cache = SuccessorCache()
+        states = _collect((_survey_variant(job, cache, inner) for job in jobs), done, len(jobs), caps, progress)
     complete = len(done) == len(jobs) and all(p.complete for p in done) and states <= max_states
     return combine(done, complete)
 
