@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from model.events import Event, TokenOutcome
 from model.reference import step
-from model.state import FINISHED, ReqState, SchedState, initial_state
+from model.state import FINISHED, PENDING, ReqState, SchedState, initial_state
 from model.workload import Workload
 
 PROGRESS_EVERY = 5000   # states between progress reports and memory checks
@@ -101,42 +101,54 @@ def successors(state: SchedState, w: Workload, reduce: bool) -> list[tuple[Sched
 
 
 class SuccessorCache:
-    """Successors of states past the horizon, shared by the variants of a family.
+    """Successors shared by the variants of a family (and by states of one
+    variant at different steps).
 
-    Past the horizon nothing arrives or aborts any more, so a step depends only
-    on the state without its step counter, on the config, and on the requests
-    with their arrivals and aborts reduced to the priority order the arrivals
-    give (`kind`): variants of one kind have the same successors of such a state
-    (up to the capped step counter, set to the asking variant's horizon), events
-    and stop choices. Exact (keys are whole states); bounded: it starts over past
-    LIMIT entries (results unchanged).
+    A step depends on the state without its step counter t, on the config, on
+    the requests with arrivals and aborts reduced to the priority order the
+    arrivals give (`kind`), and on what is still to come: each pending request's
+    arrival and each abort not yet due, relative to t. States that agree on all
+    of it have the same successors (up to the step counter, t + 1 capped at the
+    asking variant's horizon), events and stop choices. Past the horizon nothing
+    is to come. Exact (keys are whole states); bounded: it starts over past LIMIT
+    entries (results unchanged).
     """
 
     LIMIT = 100_000
 
     def __init__(self) -> None:
-        self.known: dict[tuple, list[tuple[tuple, list[Event], dict]]] = {}
+        self.known: dict[tuple, list[tuple[tuple, int, list[Event], dict]]] = {}
         self.kinds: dict[tuple, int] = {}
 
     def kind(self, w: Workload, reduce: bool) -> int:
-        """A number for what decides w's steps past its horizon."""
+        """A number for what decides w's steps besides the state and what is to come."""
         order = tuple(sorted(range(len(w.requests)), key=lambda i: w.requests[i].key))
         specs = tuple(replace(r, arrival=0, abort_at=None) for r in w.requests)
         return self.kinds.setdefault((w.config, specs, order, reduce), len(self.kinds))
 
     def successors(self, state: SchedState, w: Workload, kind: int, horizon: int,
-                   reduce: bool) -> list[tuple[SchedState, list[Event], dict]]:
-        """`canonical_successors` of the state (`kind`: `self.kind(w, reduce)`)."""
-        if state.step < horizon:
-            return canonical_successors(state, w, horizon, reduce)
-        key = (kind, state.reqs, state.free, state.cache, state.guard)
+                   reduce: bool) -> list[tuple[SchedState, int, list[Event], dict]]:
+        """`canonical_successors` of the state, each with its fingerprint (`kind`:
+        `self.kind(w, reduce)`)."""
+        t = state.step
+        key = (kind, _to_come(w, state) if t < horizon else (), state.reqs, state.free, state.cache, state.guard)
         found = self.known.get(key)
         if found is None:
             if len(self.known) >= self.LIMIT:
                 self.known.clear()
-            found = self.known[key] = [((s.reqs, s.free, s.cache, s.guard), events, stops)
+            found = self.known[key] = [((s.reqs, s.free, s.cache, s.guard), s.content_fingerprint(), events, stops)
                                        for s, events, stops in canonical_successors(state, w, horizon, reduce)]
-        return [(SchedState(horizon, *content), events, stops) for content, events, stops in found]
+        step = min(t + 1, horizon)
+        return [(SchedState(step, *content), hash((step, content_fingerprint)), events, stops)
+                for content, content_fingerprint, events, stops in found]
+
+
+def _to_come(w: Workload, state: SchedState) -> tuple[int, ...]:
+    """Per request, steps until its arrival if pending, and until its abort if not
+    yet due (-1: nothing to come)."""
+    t = state.step
+    return tuple(r.arrival - t if s.status == PENDING else -1 for r, s in zip(w.requests, state.reqs, strict=True)) \
+        + tuple(-1 if r.abort_at is None or r.abort_at < t else r.abort_at - t for r in w.requests)
 
 
 def canonical_successors(state: SchedState, w: Workload, horizon: int,
@@ -233,8 +245,8 @@ class Exploration:
         while queue:
             i = len(self.edge_start) - 1     # states are expanded in number order
             out: dict[int, tuple[int, int]] = {}
-            for c, (state, events, _) in enumerate(cache.successors(queue.popleft(), w, kind, horizon, self.reduce)):
-                fingerprint = state.fingerprint()
+            for c, (state, fingerprint, events, _) in enumerate(
+                    cache.successors(queue.popleft(), w, kind, horizon, self.reduce)):
                 j = seen.get(fingerprint)
                 if j is None:
                     if self.states >= caps.max_states:

@@ -95,9 +95,13 @@ class SchedState:
 
     def fingerprint(self) -> int:
         """A 64-bit fingerprint of the whole state, the same in every process and
-        run (the hash of a tuple of integers): equal states have equal
-        fingerprints; different states collide with probability about 2^-64."""
-        parts = [self.step, self.free, len(self.cache), *(x for entry in self.cache for x in entry)]
+        run (hashes of tuples of integers): equal states have equal fingerprints;
+        different states collide with probability about 2^-64."""
+        return hash((self.step, self.content_fingerprint()))
+
+    def content_fingerprint(self) -> int:
+        """The fingerprint of everything but the step counter."""
+        parts = [self.free, len(self.cache), *(x for entry in self.cache for x in entry)]
         for r in self.reqs:
             parts += r.code()
         for entry in sorted(self.guard):   # set order is not stable
