@@ -58,17 +58,24 @@ class _ChoiceEnv:
         return TokenOutcome(token % self.workload.config.vocab_size, self.workload.config.num_loops)
 
 
-def variants(workload: Workload, spread: int) -> list[Workload]:
-    """The family: every request's arrival shifted by 0..spread."""
+def family_size(workload: Workload, spread: int) -> int:
+    """How many variants the family has: every request's arrival shifted by
+    0..spread, independently."""
+    return (spread + 1) ** len(workload.requests)
+
+
+def variant(workload: Workload, spread: int, v: int) -> Workload:
+    """Variant v of the family: request k's arrival (and abort) shifted by digit
+    k of v in base spread + 1, the first request's digit the most significant."""
     if spread == 0:
-        return [workload]
-    out = []
-    for shifts in itertools.product(range(spread + 1), repeat=len(workload.requests)):
-        reqs = tuple(replace(r, arrival=r.arrival + s,
-                             abort_at=None if r.abort_at is None else r.abort_at + s)
-                     for r, s in zip(workload.requests, shifts, strict=True))
-        out.append(Workload(workload.config, reqs))
-    return out
+        return workload
+    shifts = []
+    for _ in workload.requests:
+        v, digit = divmod(v, spread + 1)
+        shifts.append(digit)
+    reqs = tuple(replace(r, arrival=r.arrival + s, abort_at=None if r.abort_at is None else r.abort_at + s)
+                 for r, s in zip(workload.requests, reversed(shifts), strict=True))
+    return Workload(workload.config, reqs)
 
 
 def canonical(state: SchedState, horizon: int, reduce: bool) -> SchedState:
@@ -297,8 +304,8 @@ def explore(workload: Workload, max_states: int = 200_000, spread: int = 0, redu
     caps = Caps(max_states, max_memory_mb)
     ex = Exploration([], [], [], reduce)
     cache = SuccessorCache()
-    for v, w in enumerate(variants(workload, spread)):
-        ex._explore_variant(v, w, caps, cache, progress)
+    for v in range(family_size(workload, spread)):
+        ex._explore_variant(v, variant(workload, spread, v), caps, cache, progress)
         if not ex.complete:
             break
     return ex

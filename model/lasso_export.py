@@ -9,7 +9,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from model.explore import variants
+from model.explore import variant
 from model.liveness import Lasso
 from model.state import SchedState
 from model.workload import Workload
@@ -18,13 +18,13 @@ from model.workload import Workload
 def lasso_workload(workload: Workload, spread: int, lasso: Lasso) -> Workload:
     """The variant the lasso lives in, with token scripts that make the lasso's
     stop choices happen on the reference model, plus property, trace and cycle."""
-    variant = variants(workload, spread)[lasso.variant]
+    looping = variant(workload, spread, lasso.variant)
     choices: dict[tuple[str, int], bool] = {}
     for _, stops in lasso.steps:
         choices.update(stops)
     vocab = workload.config.vocab_size
     reqs = []
-    for r in variant.requests:
+    for r in looping.requests:
         if r.stop_token is None:
             reqs.append(r)
             continue
@@ -34,7 +34,7 @@ def lasso_workload(workload: Workload, spread: int, lasso: Lasso) -> Workload:
     extra = {"property": "livelock", "source": "loopcheck explore",
              "cycle": {"start": len(lasso.stem) - 1, "length": len(lasso.cycle) - 1},
              "trace": [[e.to_json() for e in events] for events, _ in lasso.steps]}
-    return Workload(variant.config, tuple(reqs), extra)
+    return Workload(looping.config, tuple(reqs), extra)
 
 
 _MARK = {"pending": ".", "waiting": "w", "running": "R", "preempted": "P", "finished": "F"}

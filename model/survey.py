@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from model.explore import Caps, SuccessorCache, collision_probability, explore_variant, variants
-from model.liveness import Liveness, analyse
+from model.explore import Caps, SuccessorCache, collision_probability, explore_variant, family_size, variant
+from model.liveness import Lasso, Liveness, analyse
 from model.workload import Workload
 
 
@@ -34,27 +34,31 @@ class Survey:
     collision_probability: float   # that a fingerprint collision merged two states (upper estimate)
 
 
-def _survey_variant(job: tuple[int, Workload, bool, Caps], cache: SuccessorCache,
+Family = tuple[Workload, int, bool, Caps]   # workload, spread, reduce, caps
+
+
+def _survey_variant(v: int, family: Family, cache: SuccessorCache,
                     progress: Callable[[int, int], None] | None = None) -> Survey:
-    ex = explore_variant(*job, cache, progress)
+    workload, spread, reduce, caps = family
+    ex = explore_variant(v, variant(workload, spread, v), reduce, caps, cache, progress)
     return Survey(ex.states, ex.transitions, max(ex.depth, default=0), sum(ex.drained), ex.complete, analyse(ex),
                   collision_probability([ex.states]))
 
 
-_jobs: list[tuple[int, Workload, bool, Caps]] = []   # in a worker process: the survey's jobs
-_cache = SuccessorCache()                             # ... and the successors its variants share
+_family: list[Family] = []          # in a worker process: the survey's family
+_cache = SuccessorCache()           # ... and the successors its variants share
 
 
-def _inherit(jobs: list[tuple[int, Workload, bool, Caps]]) -> None:
-    """A worker's start: the jobs, and signals left to the parent (Ctrl-C goes to
-    the parent, which ends the pool; the pool's SIGTERM ends a worker quietly)."""
-    _jobs[:] = jobs
+def _inherit(family: Family) -> None:
+    """A worker's start: the family, and signals left to the parent (Ctrl-C goes
+    to the parent, which ends the pool; the pool's SIGTERM ends a worker quietly)."""
+    _family[:] = [family]
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _survey_job(v: int) -> Survey:
-    return _survey_variant(_jobs[v], _cache)
+    return _survey_variant(v, _family[0], _cache)
 
 
 def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states: int = 200_000,
@@ -63,52 +67,74 @@ def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states:
     """Explore and analyse every variant (on `workers` fork processes when more
     than one), combined in variant order; incomplete past `max_states` states in
     all or the memory cap. `progress(states, queue)` now and then (with one
-    worker also within a variant; the queue is then the variants left)."""
+    worker also within a variant; the queue is then the variants left).
+    Variants are built where they are explored, and their figures folded as
+    they come, so memory does not grow with the family's size."""
     caps = Caps(max_states, max_memory_mb)
-    jobs = [(v, w, reduce, caps) for v, w in enumerate(variants(workload, spread))]
-    done: list[Survey] = []
-    states = 0
-    if workers > 1 and len(jobs) > 1:
-        # fork: the workers inherit the jobs, so only variant numbers and figures cross the pipes
-        with multiprocessing.get_context("fork").Pool(min(workers, len(jobs)), _inherit, (jobs,)) as pool:
-            chunk = max(1, len(jobs) // (8 * workers))    # variants are often tiny: batch them per message
-            states = _collect(pool.imap(_survey_job, range(len(jobs)), chunk), done, len(jobs), caps, progress)
+    family = (workload, spread, reduce, caps)
+    total = family_size(workload, spread)
+    folded = Fold(total, caps, progress)
+    if workers > 1 and total > 1:
+        # fork: the workers inherit the family, so only variant numbers and figures cross the pipes
+        with multiprocessing.get_context("fork").Pool(min(workers, total), _inherit, (family,)) as pool:
+            chunk = max(1, min(256, total // (8 * workers)))    # variants are often tiny: batch them per message
+            folded.take(pool.imap(_survey_job, range(total), chunk))
     else:
         def inner(n: int, queue: int) -> None:
             if progress:
-                progress(sum(p.states for p in done) + n, queue)
+                progress(folded.states + n, queue)
         cache = SuccessorCache()
-        states = _collect((_survey_variant(job, cache, inner) for job in jobs), done, len(jobs), caps, progress)
-    complete = len(done) == len(jobs) and all(p.complete for p in done) and states <= max_states
-    return combine(done, complete)
+        folded.take(_survey_variant(v, family, cache, inner) for v in range(total))
+    return folded.result()
 
 
-def _collect(results, done: list[Survey], total: int, caps: Caps,
-             progress: Callable[[int, int], None] | None) -> int:
-    """Take results in order until one is incomplete or the caps are passed."""
-    states = 0
-    for part in results:
-        done.append(part)
-        states += part.states
-        if progress:
-            progress(states, total - len(done))
-        if not part.complete or states > caps.max_states or caps.memory_exceeded():
-            break
-    return states
+class Fold:
+    """The family's figures folded from its variants' (taken in variant order):
+    counts add up, the verdict is any variant's livelock, worst cases are the
+    largest (known only when every variant's is), the lasso is the shortest
+    (ties: the first)."""
 
+    def __init__(self, total: int, caps: Caps, progress: Callable[[int, int], None] | None) -> None:
+        self.total, self.caps, self.progress = total, caps, progress
+        self.taken = self.states = self.transitions = self.depth = self.drained = 0
+        self.all_complete, self.worst_known = True, True
+        self.lasso: Lasso | None = None
+        self.sccs = self.unrealisable = self.can_drain = self.worst_steps = self.worst_preemptions = 0
+        self.collision = 0.0
 
-def combine(parts: list[Survey], complete: bool) -> Survey:
-    """The family's figures from its variants' (in variant order)."""
-    lives = [p.liveness for p in parts]
-    lassos = [live.lasso for live in lives if live.lasso is not None]
-    lasso = min(lassos, key=lambda lasso: len(lasso.nodes)) if lassos else None
-    sccs = sum(live.non_progress_sccs for live in lives)
-    worst = [(live.worst_drain_steps, live.worst_preemptions) for live in lives]
-    known = complete and sccs == 0 and all(s is not None and p is not None for s, p in worst)
-    liveness = Liveness(lasso is not None, lasso, sccs, sum(live.unrealisable_cycles for live in lives),
-                        sum(live.can_drain for live in lives),
-                        max((s for s, _ in worst), default=0) if known else None,
-                        max((p for _, p in worst), default=0) if known else None)
-    return Survey(sum(p.states for p in parts), sum(p.transitions for p in parts),
-                  max((p.depth for p in parts), default=0), sum(p.drained for p in parts), complete, liveness,
-                  min(1.0, sum(p.collision_probability for p in parts)))
+    def take(self, parts: Iterable[Survey]) -> None:
+        """Fold parts in until one is incomplete or the caps are passed."""
+        for part in parts:
+            self.add(part)
+            if self.progress:
+                self.progress(self.states, self.total - self.taken)
+            if not part.complete or self.states > self.caps.max_states or self.caps.memory_exceeded():
+                break
+
+    def add(self, part: Survey) -> None:
+        live = part.liveness
+        self.taken += 1
+        self.states += part.states
+        self.transitions += part.transitions
+        self.depth = max(self.depth, part.depth)
+        self.drained += part.drained
+        self.all_complete = self.all_complete and part.complete
+        if live.lasso is not None and (self.lasso is None or len(live.lasso.nodes) < len(self.lasso.nodes)):
+            self.lasso = live.lasso
+        self.sccs += live.non_progress_sccs
+        self.unrealisable += live.unrealisable_cycles
+        self.can_drain += live.can_drain
+        if live.worst_drain_steps is None or live.worst_preemptions is None:
+            self.worst_known = False
+        else:
+            self.worst_steps = max(self.worst_steps, live.worst_drain_steps)
+            self.worst_preemptions = max(self.worst_preemptions, live.worst_preemptions)
+        self.collision += part.collision_probability
+
+    def result(self) -> Survey:
+        complete = self.taken == self.total and self.all_complete and self.states <= self.caps.max_states
+        known = complete and self.sccs == 0 and self.worst_known
+        liveness = Liveness(self.lasso is not None, self.lasso, self.sccs, self.unrealisable, self.can_drain,
+                            self.worst_steps if known else None, self.worst_preemptions if known else None)
+        return Survey(self.states, self.transitions, self.depth, self.drained, complete, liveness,
+                      min(1.0, self.collision))

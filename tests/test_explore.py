@@ -13,7 +13,18 @@ import pytest
 
 from loopcheck.cli import main
 from model.bounds import preemption_bound
-from model.explore import Replay, canonical, explore, horizon_of, successors
+from model.explore import (
+    Caps,
+    Replay,
+    SuccessorCache,
+    canonical,
+    explore,
+    explore_variant,
+    family_size,
+    horizon_of,
+    successors,
+    variant,
+)
 from model.liveness import analyse
 from model.survey import survey
 from model.workload import load_workload
@@ -57,6 +68,21 @@ def test_the_compact_graph_is_the_models_successor_relation(make, spread) -> Non
         following = {canonical(nxt, horizon_of(w), True) for nxt, _, _ in successors(state, w, False)}
         assert {states[ex.target[e]] for e in ex.edges(i)} == following
         assert ex.drained[i] == all(r.status == "finished" for r in state.reqs)
+
+
+@pytest.mark.parametrize("limit", [SuccessorCache.LIMIT, 5])
+def test_successors_shared_between_variants_change_nothing(limit, monkeypatch) -> None:
+    """Each variant explored with the family's shared successors (also when the
+    cache keeps starting over) is exactly the variant explored on its own."""
+    monkeypatch.setattr(SuccessorCache, "LIMIT", limit)
+    shared = SuccessorCache()
+    for v in range(family_size(five_requests(), 2)):
+        member = variant(five_requests(), 2, v)
+        alone = explore_variant(v, member, True, Caps(), SuccessorCache())
+        along = explore_variant(v, member, True, Caps(), shared)
+        assert (along.parent, along.target, along.choice, along.preemptions, along.drained) == (
+            alone.parent, alone.target, alone.choice, alone.preemptions, alone.drained)
+    assert len(shared.kinds) == 2   # two priority orders of the tied requests b and e
 
 
 FINGERPRINTS = """
