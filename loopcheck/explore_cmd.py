@@ -31,6 +31,9 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=1,
                    help="processes exploring the family's variants (same result as one)")
     p.add_argument("--no-reduce", action="store_true", help="keep finished requests' details")
+    p.add_argument("--merge", action="store_true",
+                   help="one node for all states of the family with the same futures (what is still to come and the "
+                        "state but its step counter): fewer states, same verdict and worst cases; one process")
     p.add_argument("--policy", choices=("unguarded", "guarded"), help="override config.preemption_policy")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", metavar="DIR", help="write a found lasso (.json, .graphml, .dot)")
@@ -41,6 +44,7 @@ def argv_of(args: argparse.Namespace) -> list[str]:
            "--workers", str(args.workers)]
     out += ["--max-memory-mb", f"{args.max_memory_mb:g}"] if args.max_memory_mb is not None else []
     out += ["--no-reduce"] if args.no_reduce else []
+    out += ["--merge"] if args.merge else []
     out += ["--policy", args.policy] if args.policy else []
     out += ["--out", args.out] if args.out else []
     return out
@@ -68,7 +72,7 @@ class Progress:
 def summary(workload: Workload, args: argparse.Namespace) -> tuple[dict[str, Any], Survey]:
     start = time.perf_counter()
     found = survey(workload, args.spread, not args.no_reduce, args.max_states, args.max_memory_mb, args.workers,
-                   progress=Progress())
+                   progress=Progress(), merge=args.merge)
     live = found.liveness
     seconds = time.perf_counter() - start
     figures = {
@@ -93,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
             memory is not None and not (math.isfinite(memory) and memory > 0)):
         print("loopcheck explore: error: --max-states and --workers must be >= 1, --spread >= 0 and "
               "--max-memory-mb a number > 0", file=sys.stderr)
+        return 2
+    if args.merge and args.workers > 1:
+        print("loopcheck explore: error: --merge explores the family as one graph, on one process: "
+              "leave out --workers", file=sys.stderr)
         return 2
     workload = prepare(args)
     banner(None, argv_of(args), sys.stderr if args.json else None)

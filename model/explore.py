@@ -9,16 +9,20 @@ request's stop token, is enumerated (exit depths never influence scheduling, so
 they are not). Visited states are told apart by a stable 64-bit fingerprint
 (`SchedState.fingerprint`), as TLC does: two different states of one variant
 merge only on a fingerprint collision, with probability about n^2 / 2^65 for n
-states (`collision_probability`).
+states (`collision_probability`). Successors are computed once for all states
+of the family that agree on everything but the step counter and on what is
+still to come (`SuccessorCache`).
 
 Reduction (`reduce`; keeps every verdict and figure, tested): finished
 requests are abstracted to a bare FINISHED record, since they can never
 influence scheduling again; so a request's last token is no stop choice
 (either way it finishes, into the same record), which saves model steps, not
-states. Capping bypass counts at max_bypasses would be sound but merges
-nothing: the rules never let a count pass the limit. Permuting requests with
-identical specs is NOT a symmetry here: the priority key breaks ties by id, so
-ids order the scheduling pass.
+states. Optional (`merge`): states of any variants and steps with the same
+futures are one node (see `Exploration`); the verdict, worst cases and lasso
+length stay (tested), the counts shrink. Capping bypass counts at max_bypasses
+would be sound but merges nothing: the rules never let a count pass the limit.
+Permuting requests with identical specs is NOT a symmetry here: the priority
+key breaks ties by id, so ids order the scheduling pass.
 """
 
 from __future__ import annotations
@@ -135,10 +139,10 @@ class SuccessorCache:
 
     def successors(self, state: SchedState, w: Workload, kind: int, horizon: int,
                    reduce: bool) -> list[tuple[SchedState, int, list[Event], dict]]:
-        """`canonical_successors` of the state, each with its fingerprint (`kind`:
-        `self.kind(w, reduce)`)."""
+        """`canonical_successors` of the state, each with its `content_fingerprint`
+        (`kind`: `self.kind(w, reduce)`)."""
         t = state.step
-        key = (kind, _to_come(w, state) if t < horizon else (), state.reqs, state.free, state.cache, state.guard)
+        key = (kind, to_come(w, state) if t < horizon else (), state.reqs, state.free, state.cache, state.guard)
         found = self.known.get(key)
         if found is None:
             if len(self.known) >= self.LIMIT:
@@ -146,11 +150,11 @@ class SuccessorCache:
             found = self.known[key] = [((s.reqs, s.free, s.cache, s.guard), s.content_fingerprint(), events, stops)
                                        for s, events, stops in canonical_successors(state, w, horizon, reduce)]
         step = min(t + 1, horizon)
-        return [(SchedState(step, *content), hash((step, content_fingerprint)), events, stops)
+        return [(SchedState(step, *content), content_fingerprint, events, stops)
                 for content, content_fingerprint, events, stops in found]
 
 
-def _to_come(w: Workload, state: SchedState) -> tuple[int, ...]:
+def to_come(w: Workload, state: SchedState) -> tuple[int, ...]:
     """Per request, steps until its arrival if pending, and until its abort if not
     yet due (-1: nothing to come)."""
     t = state.step
@@ -199,6 +203,12 @@ class Exploration:
     by replaying the breadth-first tree from the root (`Replay`). Each pair of
     states has at most one edge: several stop choices leading to the same state
     give one edge, with the last choice's index.
+
+    With `merge`, a state is one node with every state of the family (of any
+    variant, at any step) that agrees with it on everything but the step counter
+    and on what is still to come (`to_come`), i.e. has the same futures; a state
+    keeps the number its first finder gave it, so an edge may lead into an
+    earlier variant's range.
     """
 
     workloads: list[Workload]           # the explored variants
@@ -213,6 +223,8 @@ class Exploration:
     preemptions: array = field(default_factory=lambda: array("B"))  # preempt events of the step
     choice: array = field(default_factory=lambda: array("H"))       # index in `successors` of the step
     complete: bool = True
+    merge: bool = False
+    merged: dict[int, int] = field(default_factory=dict)   # with merge: node keys of the family seen so far
 
     @property
     def states(self) -> int:
@@ -236,6 +248,13 @@ class Exploration:
         self.drained.append(all(r.status == FINISHED for r in state.reqs))
         return len(self.parent) - 1
 
+    def _key(self, w: Workload, kind: int, horizon: int, state: SchedState, content: int) -> int:
+        """The node key of a state of variant w whose `content_fingerprint` is
+        `content`: its fingerprint, or with `merge` what decides its futures."""
+        if not self.merge:
+            return hash((state.step, content))
+        return hash((kind, to_come(w, state) if state.step < horizon else (), content))
+
     def _explore_variant(self, v: int, w: Workload, caps: Caps, cache: SuccessorCache,
                          progress: Callable[[int, int], None] | None) -> None:
         """Breadth-first exploration of one variant, appended; clears `complete`
@@ -247,13 +266,15 @@ class Exploration:
         self.workloads.append(w)
         self.variant_ids.append(v)
         self.roots.append(root)
-        seen = {root_state.fingerprint(): root}
+        seen = self.merged if self.merge else {}
+        seen.setdefault(self._key(w, kind, horizon, root_state, root_state.content_fingerprint()), root)
         queue: deque[SchedState] = deque([root_state])
         while queue:
             i = len(self.edge_start) - 1     # states are expanded in number order
             out: dict[int, tuple[int, int]] = {}
-            for c, (state, fingerprint, events, _) in enumerate(
+            for c, (state, content, events, _) in enumerate(
                     cache.successors(queue.popleft(), w, kind, horizon, self.reduce)):
+                fingerprint = self._key(w, kind, horizon, state, content)
                 j = seen.get(fingerprint)
                 if j is None:
                     if self.states >= caps.max_states:
@@ -295,14 +316,15 @@ def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps, cache: Succes
 
 
 def explore(workload: Workload, max_states: int = 200_000, spread: int = 0, reduce: bool = True,
-            max_memory_mb: float | None = None, progress: Callable[[int, int], None] | None = None) -> Exploration:
+            max_memory_mb: float | None = None, progress: Callable[[int, int], None] | None = None,
+            merge: bool = False) -> Exploration:
     """Every reachable state of every variant, each variant explored
     breadth-first in turn. Stops with complete=False past `max_states` states in
     all or the memory cap; `progress(states, queue)` is called now and then.
     (`model.survey` gives the verdict and figures of a family on several
-    processes, one variant at a time.)"""
+    processes, one variant at a time.) `merge`: see `Exploration`."""
     caps = Caps(max_states, max_memory_mb)
-    ex = Exploration([], [], [], reduce)
+    ex = Exploration([], [], [], reduce, merge=merge)
     cache = SuccessorCache()
     for v in range(family_size(workload, spread)):
         ex._explore_variant(v, variant(workload, spread, v), caps, cache, progress)

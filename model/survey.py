@@ -16,7 +16,16 @@ import signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from model.explore import Caps, SuccessorCache, collision_probability, explore_variant, family_size, variant
+from model.explore import (
+    Caps,
+    Exploration,
+    SuccessorCache,
+    collision_probability,
+    explore,
+    explore_variant,
+    family_size,
+    variant,
+)
 from model.liveness import Lasso, Liveness, analyse
 from model.workload import Workload
 
@@ -40,7 +49,10 @@ Family = tuple[Workload, int, bool, Caps]   # workload, spread, reduce, caps
 def _survey_variant(v: int, family: Family, cache: SuccessorCache,
                     progress: Callable[[int, int], None] | None = None) -> Survey:
     workload, spread, reduce, caps = family
-    ex = explore_variant(v, variant(workload, spread, v), reduce, caps, cache, progress)
+    return _survey_of(explore_variant(v, variant(workload, spread, v), reduce, caps, cache, progress))
+
+
+def _survey_of(ex: Exploration) -> Survey:
     return Survey(ex.states, ex.transitions, max(ex.depth, default=0), sum(ex.drained), ex.complete, analyse(ex),
                   collision_probability([ex.states]))
 
@@ -63,13 +75,18 @@ def _survey_job(v: int) -> Survey:
 
 def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states: int = 200_000,
            max_memory_mb: float | None = None, workers: int = 1,
-           progress: Callable[[int, int], None] | None = None) -> Survey:
+           progress: Callable[[int, int], None] | None = None, merge: bool = False) -> Survey:
     """Explore and analyse every variant (on `workers` fork processes when more
     than one), combined in variant order; incomplete past `max_states` states in
     all or the memory cap. `progress(states, queue)` now and then (with one
     worker also within a variant; the queue is then the variants left).
     Variants are built where they are explored, and their figures folded as
-    they come, so memory does not grow with the family's size."""
+    they come, so memory does not grow with the family's size. With `merge`
+    the family is one graph (`Exploration.merge`), explored and analysed on
+    this process."""
+    if merge:
+        ex = explore(workload, max_states, spread, reduce, max_memory_mb, progress, merge=True)
+        return _survey_of(ex)
     caps = Caps(max_states, max_memory_mb)
     family = (workload, spread, reduce, caps)
     total = family_size(workload, spread)

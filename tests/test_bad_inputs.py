@@ -119,6 +119,7 @@ def flag_cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["prove", "--junit", str(tmp)], "--junit"),
         (["explore", ex, "--spread", "-1"], "--spread"),
         (["explore", ex, "--out", str(regular)], "--out"),
+        (["explore", ex, "--merge", "--workers", "2"], "--merge"),
     ]
 
 

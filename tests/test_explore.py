@@ -25,10 +25,11 @@ from model.explore import (
     successors,
     variant,
 )
+from model.lasso_export import lasso_workload
 from model.liveness import analyse
 from model.survey import survey
 from model.workload import load_workload
-from sut.simulate import simulate_engine
+from sut.simulate import simulate_engine, simulate_model
 from tests.helpers import five_requests, req, workload
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -83,6 +84,30 @@ def test_successors_shared_between_variants_change_nothing(limit, monkeypatch) -
         assert (along.parent, along.target, along.choice, along.preemptions, along.drained) == (
             alone.parent, alone.target, alone.choice, alone.preemptions, alone.drained)
     assert len(shared.kinds) == 2   # two priority orders of the tied requests b and e
+
+
+@pytest.mark.parametrize("make, spread", [(small_b, 1), (lambda: small_b("unguarded"), 1), (five_requests, 2),
+                                          (lambda: load_workload(EXAMPLES / "livelock_min.json"), 2),
+                                          (lambda: load_workload(EXAMPLES / "livelock.json"), 0)])
+def test_merging_states_with_the_same_futures_keeps_every_verdict_and_figure(make, spread) -> None:
+    """One node per future (state but its step counter, and what is still to
+    come) over the whole family: fewer states, the same verdict, worst cases
+    and lasso length, and a merged lasso still loops on the model."""
+    w = make()
+    plain, merged = explore(w, spread=spread), explore(w, spread=spread, merge=True)
+    a, b = analyse(plain), analyse(merged)
+    assert merged.complete and merged.states <= plain.states
+    assert (a.livelock, a.worst_drain_steps, a.worst_preemptions) == (b.livelock, b.worst_drain_steps,
+                                                                      b.worst_preemptions)
+    assert (a.lasso is None) == (b.lasso is None)
+    if b.lasso is not None:
+        looping = lasso_workload(w, spread, b.lasso)
+        assert not simulate_model(looping, 300).drained
+
+
+def test_merging_shrinks_a_family_whose_variants_share_futures() -> None:
+    w = five_requests()
+    assert (explore(w, spread=2).states, explore(w, spread=2, merge=True).states) == (4510, 1025)
 
 
 FINGERPRINTS = """
@@ -192,6 +217,11 @@ def test_explore_cli_writes_a_lasso_that_loops_on_the_engine(tmp_path, capsys) -
     assert main(["replay", str(tmp_path / "lasso.json"), "--adapter", "torch"]) == 1
     assert "REPRODUCED livelock" in capsys.readouterr().out
     assert main(["explore", str(EXAMPLES / "livelock_min.json"), "--policy", "guarded"]) == 0
+    assert main(["explore", str(EXAMPLES / "livelock_min.json"), "--spread", "1", "--merge", "--json",
+                 "--out", str(tmp_path / "merged")]) == 1
+    merged = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert merged["livelock"] and merged["complete"] and merged["states"] < data["states"]
+    assert not simulate_engine(load_workload(tmp_path / "merged" / "lasso.json"), 300).drained
 
 
 def test_replay_both_reports_the_first_divergence(tmp_path, capsys, monkeypatch) -> None:
