@@ -1,7 +1,8 @@
 """Exploration speed: states per second on one and on two processes, memory per
-state, and the effect of the finished-request reduction, on the shipped examples
-and a five-request family with stop-token choices; with --largest, the largest
-spread of that family verified within a time limit.
+state (the explored graph plus the shared successors, which are bounded), and
+the effect of the finished-request reduction and of --merge, on the shipped
+examples and a five-request family with stop-token choices; with --largest, the
+largest spread of that family verified within a time limit.
 
 Usage: python -m benchmarks.explore [--spread N] [--largest SECONDS]
 """
@@ -74,10 +75,11 @@ def main() -> None:
         states, one = rate(w, spread, 1)
         _, two = rate(w, spread, 2)
         full = explore(w, spread=spread, reduce=False).states
+        merged = explore(w, spread=spread, merge=True).states
         rows.append([name, spread, states, f"{one:,.0f}", f"{two:,.0f}", f"{two / one:.2f}x",
-                     f"{bytes_per_state(w, spread):,.0f}", f"{full / states:.2f}x"])
+                     f"{bytes_per_state(w, spread):,.0f}", f"{full / states:.2f}x", f"{states / merged:.2f}x"])
     print(table(["workload", "spread", "states", "states/s (1 proc)", "states/s (2 procs)", "2 procs / 1",
-                 "bytes/state (explore)", "full/reduced states"], rows))
+                 "bytes/state (explore)", "full/reduced states", "reduced/merged states"], rows))
     if args.largest:
         largest(args.largest)
 
