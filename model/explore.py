@@ -116,8 +116,8 @@ class SuccessorCache:
     variant at different steps).
 
     A step depends on the state without its step counter t, on the config, on
-    the requests with arrivals and aborts reduced to the priority order the
-    arrivals give (`kind`), and on what is still to come: each pending request's
+    the requests with arrivals and aborts reduced to the orders the arrivals
+    give (`kind`), and on what is still to come: each pending request's
     arrival and each abort not yet due, relative to t. States that agree on all
     of it have the same successors (up to the step counter, t + 1 capped at the
     asking variant's horizon), events and stop choices. Past the horizon nothing
@@ -132,10 +132,16 @@ class SuccessorCache:
         self.kinds: dict[tuple, int] = {}
 
     def kind(self, w: Workload, reduce: bool) -> int:
-        """A number for what decides w's steps besides the state and what is to come."""
-        order = tuple(sorted(range(len(w.requests)), key=lambda i: w.requests[i].key))
+        """A number for what decides w's steps besides the state and what is to
+        come: config, requests but their arrivals and aborts, and the orders the
+        arrivals give (priority order; with aborts, arrival order, which orders
+        the aborts of a step)."""
+        indices = range(len(w.requests))
+        order = tuple(sorted(indices, key=lambda i: w.requests[i].key))
+        aborts = any(r.abort_at is not None for r in w.requests)
+        arrivals = tuple(sorted(indices, key=lambda i: (w.requests[i].arrival, i))) if aborts else ()
         specs = tuple(replace(r, arrival=0, abort_at=None) for r in w.requests)
-        return self.kinds.setdefault((w.config, specs, order, reduce), len(self.kinds))
+        return self.kinds.setdefault((w.config, specs, order, arrivals, reduce), len(self.kinds))
 
     def successors(self, state: SchedState, w: Workload, kind: int, horizon: int,
                    reduce: bool) -> list[tuple[SchedState, int, list[Event], dict]]:

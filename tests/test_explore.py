@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import networkx as nx
@@ -28,7 +29,7 @@ from model.explore import (
 from model.lasso_export import lasso_workload
 from model.liveness import analyse
 from model.survey import survey
-from model.workload import load_workload
+from model.workload import Workload, load_workload
 from sut.simulate import simulate_engine, simulate_model
 from tests.helpers import five_requests, req, workload
 
@@ -52,7 +53,14 @@ def test_pinned_state_counts() -> None:
     assert explore(small_b(), spread=1, reduce=False).states == 330
 
 
-@pytest.mark.parametrize("make, spread", [(small_b, 1), (five_requests, 1),
+def aborted_b() -> Workload:
+    """small_b with two requests aborted in the same step (aborts are taken in
+    arrival order; the cache of prefix pages sees the order)."""
+    w = small_b()
+    return Workload(w.config, (replace(w.requests[0], abort_at=4), replace(w.requests[1], abort_at=4), w.requests[2]))
+
+
+@pytest.mark.parametrize("make, spread", [(small_b, 1), (five_requests, 1), (aborted_b, 2),
                                           (lambda: load_workload(EXAMPLES / "livelock_min.json"), 2)])
 def test_the_compact_graph_is_the_models_successor_relation(make, spread) -> None:
     """Replayed from the roots, the numbered states are distinct model states
