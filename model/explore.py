@@ -6,12 +6,14 @@ model's state with the step counter capped once every request has arrived, so
 steps that change nothing (stuttering) become self-loops. Edges are steps; the
 environment's only scheduling-relevant choice, whether a decoded token is the
 request's stop token, is enumerated (exit depths never influence scheduling, so
-they are not). Visited states are told apart by a stable 64-bit fingerprint
-(`SchedState.fingerprint`), as TLC does: two different states of one variant
+they are not). States are explored as nodes of the family's `FutureGraph`: a
+node is a state but its step counter, with what is still to come (pending
+arrivals and aborts, relative to the step), and its successors are computed
+once for all states of all variants that share it. Nodes are told apart by a
+stable 64-bit fingerprint, as TLC tells states apart: two different nodes
 merge only on a fingerprint collision, with probability about n^2 / 2^65 for n
-states (`collision_probability`). Successors are computed once for all states
-of the family that agree on everything but the step counter and on what is
-still to come (`SuccessorCache`).
+nodes (`Exploration.collision_probability`); within a variant, a state is
+exactly its step and node.
 
 Reduction (`reduce`; keeps every verdict and figure, tested): finished
 requests are abstracted to a bare FINISHED record, since they can never
@@ -111,25 +113,55 @@ def successors(state: SchedState, w: Workload, reduce: bool) -> list[tuple[Sched
     return out
 
 
-class SuccessorCache:
-    """Successors shared by the variants of a family (and by states of one
-    variant at different steps).
+class FutureGraph:
+    """The family's states up to their futures, numbered as found, each node's
+    successors computed once (shared by the variants of a family, and by states
+    of one variant at different steps).
 
     A step depends on the state without its step counter t, on the config, on
     the requests with arrivals and aborts reduced to the orders the arrivals
     give (`kind`), and on what is still to come: each pending request's
-    arrival and each abort not yet due, relative to t. States that agree on all
-    of it have the same successors (up to the step counter, t + 1 capped at the
-    asking variant's horizon), events and stop choices. Past the horizon nothing
-    is to come. Exact (keys are whole states); bounded: it starts over past LIMIT
-    entries (results unchanged).
+    arrival and each abort not yet due, relative to t (`to_come`). A node is
+    all of that: the states of a node have the same successors (up to the step
+    counter, t + 1 capped at the asking variant's horizon), events and stop
+    choices. Past the horizon nothing is to come. Nodes are told apart by a
+    stable 64-bit fingerprint, so two different futures merge only on a
+    collision (`pairs`: the pairs of nodes that could have collided). `restart`
+    forgets every node; callers restart between variants past LIMIT nodes,
+    which changes no result.
+
+    Of what is to come, the step itself reads only what is due now (arrivals
+    and aborts at t); the rest only shifts by one into the successors' futures.
+    So model steps are computed once per kind, state and what is due now, and
+    shared by nodes that differ in later arrivals or aborts (`stepped`).
     """
 
-    LIMIT = 100_000
+    LIMIT = 200_000
 
     def __init__(self) -> None:
-        self.known: dict[tuple, list[tuple[tuple, int, list[Event], dict]]] = {}
         self.kinds: dict[tuple, int] = {}
+        self.forgotten_pairs = 0
+        self._empty()
+
+    def restart(self) -> None:
+        """Forget every node (the pairs they made stay counted)."""
+        self.forgotten_pairs = self.pairs()
+        self._empty()
+
+    def _empty(self) -> None:
+        self.ids: dict[int, int] = {}                   # fingerprint of a future -> node
+        self.unexpanded: dict[int, SchedState] = {}     # node -> one of its states, until expanded
+        self.adjacent: list[tuple[tuple[int, int, int], ...] | None] = []   # node -> its successors, once known
+        self.drained = bytearray()                      # node -> 1: every request finished
+        self.stepped: dict[tuple, list[tuple[SchedState, int, int, int]]] = {}   # see the class doc
+
+    @property
+    def nodes(self) -> int:
+        return len(self.adjacent)
+
+    def pairs(self) -> int:
+        """Pairs of nodes, since the graph was made, that shared a fingerprint table."""
+        return self.forgotten_pairs + self.nodes * (self.nodes - 1) // 2
 
     def kind(self, w: Workload, reduce: bool) -> int:
         """A number for what decides w's steps besides the state and what is to
@@ -143,21 +175,44 @@ class SuccessorCache:
         specs = tuple(replace(r, arrival=0, abort_at=None) for r in w.requests)
         return self.kinds.setdefault((w.config, specs, order, arrivals, reduce), len(self.kinds))
 
-    def successors(self, state: SchedState, w: Workload, kind: int, horizon: int,
-                   reduce: bool) -> list[tuple[SchedState, int, list[Event], dict]]:
-        """`canonical_successors` of the state, each with its `content_fingerprint`
-        (`kind`: `self.kind(w, reduce)`)."""
-        t = state.step
-        key = (kind, to_come(w, state) if t < horizon else (), state.reqs, state.free, state.cache, state.guard)
-        found = self.known.get(key)
+    def node(self, state: SchedState, w: Workload, kind: int, horizon: int, content: int | None = None) -> int:
+        """The node of a (`canonical`) state of w (`kind`: `self.kind(w, reduce)`;
+        `content`: the state's `content_fingerprint` when known)."""
+        if content is None:
+            content = state.content_fingerprint()
+        future = hash((kind, to_come(w, state) if state.step < horizon else (), content))
+        n = self.ids.get(future)
+        if n is None:
+            n = self.ids[future] = len(self.adjacent)
+            self.adjacent.append(None)
+            self.unexpanded[n] = state
+            self.drained.append(all(r.status == FINISHED for r in state.reqs))
+        return n
+
+    def successors(self, n: int, t: int, w: Workload, kind: int, horizon: int,
+                   reduce: bool) -> tuple[tuple[int, int, int], ...]:
+        """Node n's successor nodes for a state of it at step t of w, each once, in
+        `successors` order of first appearance, with the index of the last stop
+        choice leading there and the preemptions of that step."""
+        found = self.adjacent[n]
         if found is None:
-            if len(self.known) >= self.LIMIT:
-                self.known.clear()
-            found = self.known[key] = [((s.reqs, s.free, s.cache, s.guard), s.content_fingerprint(), events, stops)
-                                       for s, events, stops in canonical_successors(state, w, horizon, reduce)]
-        step = min(t + 1, horizon)
-        return [(SchedState(step, *content), content_fingerprint, events, stops)
-                for content, content_fingerprint, events, stops in found]
+            some = self.unexpanded.pop(n)
+            state = SchedState(t, some.reqs, some.free, some.cache, some.guard)
+            due = tuple(x == 0 for x in to_come(w, state)) if t < horizon else ()
+            key = (kind, due, state.reqs, state.free, state.cache, state.guard)
+            steps = self.stepped.get(key)
+            if steps is None:
+                steps = self.stepped[key] = [
+                    (nxt, nxt.content_fingerprint(), c, sum(e.kind == "preempt" for e in events))
+                    for c, (nxt, events, _) in enumerate(canonical_successors(state, w, horizon, reduce))]
+            after = min(t + 1, horizon)
+            out: dict[int, tuple[int, int]] = {}
+            for nxt, content, c, preempted in steps:
+                if nxt.step != after:
+                    nxt = SchedState(after, nxt.reqs, nxt.free, nxt.cache, nxt.guard)
+                out[self.node(nxt, w, kind, horizon, content)] = (c, preempted)
+            found = self.adjacent[n] = tuple((m, c, p) for m, (c, p) in out.items())
+        return found
 
 
 def to_come(w: Workload, state: SchedState) -> tuple[int, ...]:
@@ -204,9 +259,9 @@ class Exploration:
     States are numbered as they are found: breadth-first within a variant,
     variants in order, so a variant's states are a contiguous range starting at
     its root, and states are expanded in number order. Of a visited state only
-    its 64-bit fingerprint is kept while its variant is explored (and nothing
-    once it is done); a state, and a step's events, are recomputed when needed
-    by replaying the breadth-first tree from the root (`Replay`). Each pair of
+    its step and node are kept while its variant is explored (and nothing once
+    it is done); a state, and a step's events, are recomputed when needed by
+    replaying the breadth-first tree from the root (`Replay`). Each pair of
     states has at most one edge: several stop choices leading to the same state
     give one edge, with the last choice's index.
 
@@ -230,7 +285,8 @@ class Exploration:
     choice: array = field(default_factory=lambda: array("H"))       # index in `successors` of the step
     complete: bool = True
     merge: bool = False
-    merged: dict[int, int] = field(default_factory=dict)   # with merge: node keys of the family seen so far
+    merged: dict[int, int] = field(default_factory=dict)   # with merge: the family's nodes seen so far
+    fingerprint_pairs: int = 0    # pairs of nodes that could have collided while exploring (`FutureGraph.pairs`)
 
     @property
     def states(self) -> int:
@@ -248,54 +304,48 @@ class Exploration:
         """Position (in `workloads`) of the variant state i belongs to."""
         return bisect.bisect_right(self.roots, i) - 1
 
-    def _add_state(self, parent: int, depth: int, state: SchedState) -> int:
+    def _add_state(self, parent: int, depth: int, drained: int) -> int:
         self.parent.append(parent)
         self.depth.append(depth)
-        self.drained.append(all(r.status == FINISHED for r in state.reqs))
+        self.drained.append(drained)
         return len(self.parent) - 1
 
-    def _key(self, w: Workload, kind: int, horizon: int, state: SchedState, content: int) -> int:
-        """The node key of a state of variant w whose `content_fingerprint` is
-        `content`: its fingerprint, or with `merge` what decides its futures."""
-        if not self.merge:
-            return hash((state.step, content))
-        return hash((kind, to_come(w, state) if state.step < horizon else (), content))
-
-    def _explore_variant(self, v: int, w: Workload, caps: Caps, cache: SuccessorCache,
+    def _explore_variant(self, v: int, w: Workload, caps: Caps, graph: FutureGraph,
                          progress: Callable[[int, int], None] | None) -> None:
         """Breadth-first exploration of one variant, appended; clears `complete`
         and stops at the caps. `progress(states, queue)` every PROGRESS_EVERY
-        states."""
-        horizon, kind = horizon_of(w), cache.kind(w, self.reduce)
+        states. A state is a step and a node of `graph` (with `merge`, the node)."""
+        horizon, kind = horizon_of(w), graph.kind(w, self.reduce)
+        pairs = graph.pairs()
         root_state = canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, self.reduce)
-        root = self._add_state(-1, 0, root_state)
+        root_node = graph.node(root_state, w, kind, horizon)
+        root = self._add_state(-1, 0, graph.drained[root_node])
         self.workloads.append(w)
         self.variant_ids.append(v)
         self.roots.append(root)
+        span = horizon + 1     # per variant, (step, node) is the number node * span + step
         seen = self.merged if self.merge else {}
-        seen.setdefault(self._key(w, kind, horizon, root_state, root_state.content_fingerprint()), root)
-        queue: deque[SchedState] = deque([root_state])
+        seen.setdefault(root_node if self.merge else root_node * span + root_state.step, root)
+        queue: deque[tuple[int, int]] = deque([(root_state.step, root_node)])
         while queue:
             i = len(self.edge_start) - 1     # states are expanded in number order
-            out: dict[int, tuple[int, int]] = {}
-            for c, (state, content, events, _) in enumerate(
-                    cache.successors(queue.popleft(), w, kind, horizon, self.reduce)):
-                fingerprint = self._key(w, kind, horizon, state, content)
-                j = seen.get(fingerprint)
+            t, n = queue.popleft()
+            step = min(t + 1, horizon)
+            for m, c, preempted in graph.successors(n, t, w, kind, horizon, self.reduce):
+                key = m if self.merge else m * span + step
+                j = seen.get(key)
                 if j is None:
                     if self.states >= caps.max_states:
                         self.complete = False
                         continue
-                    j = seen[fingerprint] = self._add_state(i, self.depth[i] + 1, state)
-                    queue.append(state)
+                    j = seen[key] = self._add_state(i, self.depth[i] + 1, graph.drained[m])
+                    queue.append((step, m))
                     if self.states % PROGRESS_EVERY == 0:
                         if caps.memory_exceeded():
                             self.complete = False
                             break
                         if progress:
                             progress(self.states, len(queue))
-                out[j] = (c, sum(e.kind == "preempt" for e in events))
-            for j, (c, preempted) in out.items():
                 self.target.append(j)
                 self.choice.append(c)
                 self.preemptions.append(preempted)
@@ -303,21 +353,25 @@ class Exploration:
             if not self.complete:
                 break
         self.edge_start.extend([len(self.target)] * (self.states + 1 - len(self.edge_start)))   # never expanded
+        self.fingerprint_pairs += graph.pairs() - pairs
+
+    @property
+    def collision_probability(self) -> float:
+        """An upper estimate of the chance that two different futures got the
+        same 64-bit fingerprint while this graph was explored."""
+        return min(1.0, self.fingerprint_pairs / 2.0**64)
 
 
-def collision_probability(states_per_variant: list[int]) -> float:
-    """An upper estimate of the chance that two different states of one variant
-    got the same 64-bit fingerprint somewhere in the family."""
-    return min(1.0, sum(n * (n - 1) / 2 for n in states_per_variant) / 2.0**64)
-
-
-def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps, cache: SuccessorCache,
+def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps, graph: FutureGraph,
                     progress: Callable[[int, int], None] | None = None) -> Exploration:
     """Variant `v` (workload `w`) of a family explored on its own, up to
-    `caps.max_states` states or the memory cap (then complete=False); `cache`
-    may hold successors from other variants of the family."""
+    `caps.max_states` states or the memory cap (then complete=False); `graph`
+    may hold nodes of other variants of the family (restarted first when it
+    has passed its LIMIT)."""
+    if graph.nodes > graph.LIMIT:
+        graph.restart()
     ex = Exploration([], [], [], reduce)
-    ex._explore_variant(v, w, caps, cache, progress)
+    ex._explore_variant(v, w, caps, graph, progress)
     return ex
 
 
@@ -331,9 +385,11 @@ def explore(workload: Workload, max_states: int = 200_000, spread: int = 0, redu
     processes, one variant at a time.) `merge`: see `Exploration`."""
     caps = Caps(max_states, max_memory_mb)
     ex = Exploration([], [], [], reduce, merge=merge)
-    cache = SuccessorCache()
+    graph = FutureGraph()
     for v in range(family_size(workload, spread)):
-        ex._explore_variant(v, variant(workload, spread, v), caps, cache, progress)
+        if not merge and graph.nodes > graph.LIMIT:
+            graph.restart()
+        ex._explore_variant(v, variant(workload, spread, v), caps, graph, progress)
         if not ex.complete:
             break
     return ex

@@ -93,14 +93,10 @@ class SchedState:
             object.__setattr__(self, "_hash", cached)
         return cached
 
-    def fingerprint(self) -> int:
-        """A 64-bit fingerprint of the whole state, the same in every process and
-        run (hashes of tuples of integers): equal states have equal fingerprints;
-        different states collide with probability about 2^-64."""
-        return hash((self.step, self.content_fingerprint()))
-
     def content_fingerprint(self) -> int:
-        """The fingerprint of everything but the step counter."""
+        """A 64-bit fingerprint of everything but the step counter, the same in
+        every process and run (hashes of tuples of integers): equal contents have
+        equal fingerprints; different ones collide with probability about 2^-64."""
         parts = [self.free, len(self.cache), *(x for entry in self.cache for x in entry)]
         for r in self.reqs:
             parts += r.code()

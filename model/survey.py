@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from model.explore import (
     Caps,
     Exploration,
-    SuccessorCache,
-    collision_probability,
+    FutureGraph,
     explore,
     explore_variant,
     family_size,
@@ -46,19 +45,19 @@ class Survey:
 Family = tuple[Workload, int, bool, Caps]   # workload, spread, reduce, caps
 
 
-def _survey_variant(v: int, family: Family, cache: SuccessorCache,
+def _survey_variant(v: int, family: Family, graph: FutureGraph,
                     progress: Callable[[int, int], None] | None = None) -> Survey:
     workload, spread, reduce, caps = family
-    return _survey_of(explore_variant(v, variant(workload, spread, v), reduce, caps, cache, progress))
+    return _survey_of(explore_variant(v, variant(workload, spread, v), reduce, caps, graph, progress))
 
 
 def _survey_of(ex: Exploration) -> Survey:
     return Survey(ex.states, ex.transitions, max(ex.depth, default=0), sum(ex.drained), ex.complete, analyse(ex),
-                  collision_probability([ex.states]))
+                  ex.collision_probability)
 
 
 _family: list[Family] = []          # in a worker process: the survey's family
-_cache = SuccessorCache()           # ... and the successors its variants share
+_graph = FutureGraph()              # ... and the nodes its variants share
 
 
 def _inherit(family: Family) -> None:
@@ -70,7 +69,7 @@ def _inherit(family: Family) -> None:
 
 
 def _survey_job(v: int) -> Survey:
-    return _survey_variant(v, _family[0], _cache)
+    return _survey_variant(v, _family[0], _graph)
 
 
 def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states: int = 200_000,
@@ -100,8 +99,8 @@ def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states:
         def inner(n: int, queue: int) -> None:
             if progress:
                 progress(folded.states + n, queue)
-        cache = SuccessorCache()
-        folded.take(_survey_variant(v, family, cache, inner) for v in range(total))
+        graph = FutureGraph()
+        folded.take(_survey_variant(v, family, graph, inner) for v in range(total))
     return folded.result()
 
 

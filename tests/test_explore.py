@@ -16,8 +16,8 @@ from loopcheck.cli import main
 from model.bounds import preemption_bound
 from model.explore import (
     Caps,
+    FutureGraph,
     Replay,
-    SuccessorCache,
     canonical,
     explore,
     explore_variant,
@@ -71,7 +71,7 @@ def test_the_compact_graph_is_the_models_successor_relation(make, spread) -> Non
     replay = Replay(ex)
     states = [replay.state(i) for i in range(ex.states)]
     keys = [(ex.variant_of(i), state) for i, state in enumerate(states)]
-    assert len(set(keys)) == len({(v, state.fingerprint()) for v, state in keys}) == ex.states
+    assert len(set(keys)) == len({(v, s.step, s.content_fingerprint()) for v, s in keys}) == ex.states
     for i, state in enumerate(states):
         w = ex.workloads[ex.variant_of(i)]
         following = {canonical(nxt, horizon_of(w), True) for nxt, _, _ in successors(state, w, False)}
@@ -79,19 +79,26 @@ def test_the_compact_graph_is_the_models_successor_relation(make, spread) -> Non
         assert ex.drained[i] == all(r.status == "finished" for r in state.reqs)
 
 
-@pytest.mark.parametrize("limit", [SuccessorCache.LIMIT, 5])
+@pytest.mark.parametrize("limit", [FutureGraph.LIMIT, 5])
 def test_successors_shared_between_variants_change_nothing(limit, monkeypatch) -> None:
-    """Each variant explored with the family's shared successors (also when the
-    cache keeps starting over) is exactly the variant explored on its own."""
-    monkeypatch.setattr(SuccessorCache, "LIMIT", limit)
-    shared = SuccessorCache()
+    """Each variant explored on the family's shared graph of futures (also when
+    the graph keeps starting over) is exactly the variant explored on its own."""
+    monkeypatch.setattr(FutureGraph, "LIMIT", limit)
+    shared = FutureGraph()
+    restarts = 0
     for v in range(family_size(five_requests(), 2)):
         member = variant(five_requests(), 2, v)
-        alone = explore_variant(v, member, True, Caps(), SuccessorCache())
+        alone = explore_variant(v, member, True, Caps(), FutureGraph())
+        pairs = shared.forgotten_pairs
         along = explore_variant(v, member, True, Caps(), shared)
+        restarts += shared.forgotten_pairs != pairs
         assert (along.parent, along.target, along.choice, along.preemptions, along.drained) == (
             alone.parent, alone.target, alone.choice, alone.preemptions, alone.drained)
+        assert 0 < alone.collision_probability < 1e-12 and 0 <= along.collision_probability < 1e-12
     assert len(shared.kinds) == 2   # two priority orders of the tied requests b and e
+    assert (restarts > 0) == (limit == 5)
+    if restarts == 0:   # nodes that differ only in later arrivals share their model steps
+        assert len(shared.stepped) < shared.nodes
 
 
 @pytest.mark.parametrize("make, spread", [(small_b, 1), (lambda: small_b("unguarded"), 1), (five_requests, 2),
@@ -122,7 +129,7 @@ FINGERPRINTS = """
 from model.explore import Replay, explore
 from tests.test_explore import small_b
 ex = explore(small_b(), spread=1)
-print([Replay(ex).state(i).fingerprint() for i in range(ex.states)])
+print([Replay(ex).state(i).content_fingerprint() for i in range(ex.states)])
 """
 
 
