@@ -1,8 +1,9 @@
 """Exploration speed: states per second on one and on two processes, memory per
 state (the explored graph plus the shared successors, which are bounded), and
 the effect of the finished-request reduction and of --merge, on the shipped
-examples and a five-request family with stop-token choices; with --largest, the
-largest spread of that family verified within a time limit.
+examples and a five-request family with stop-token choices at spreads 3 to 5
+(rates: the median of 3 runs); with --largest, the largest spread of that
+family verified within a time limit.
 
 Usage: python -m benchmarks.explore [--spread N] [--largest SECONDS]
 """
@@ -10,6 +11,8 @@ Usage: python -m benchmarks.explore [--spread N] [--largest SECONDS]
 from __future__ import annotations
 
 import argparse
+import itertools
+import statistics
 import sys
 import time
 import tracemalloc
@@ -33,14 +36,18 @@ def cases(spread: int) -> list[tuple[str, Workload, int]]:
             if name.endswith("+stop"):  # stop tokens make finished requests' outcomes branch
                 w = Workload(w.config, tuple(replace(r, stop_token=5) for r in w.requests))
             out.append((f"{name} {policy}", w, 0 if name == "livelock.json" else spread))
-    out.append(("five requests guarded", five_requests(), 3))
+    out += [("five requests guarded", five_requests(), spread) for spread in (3, 4, 5)]
     return out
 
 
 def rate(w: Workload, spread: int, workers: int) -> tuple[int, float]:
-    start = time.perf_counter()
-    found = survey(w, spread, workers=workers)
-    return found.states, found.states / (time.perf_counter() - start)
+    """States of the family and states per second, the median of 3 runs."""
+    rates = []
+    for _ in range(3):
+        start = time.perf_counter()
+        found = survey(w, spread, workers=workers, max_states=10**8)
+        rates.append(found.states / (time.perf_counter() - start))
+    return found.states, statistics.median(rates)
 
 
 def bytes_per_state(w: Workload, spread: int) -> float:
@@ -54,12 +61,13 @@ def bytes_per_state(w: Workload, spread: int) -> float:
 
 
 def largest(limit: float) -> None:
-    for spread in range(0, 10):
+    for spread in itertools.count():
         start = time.perf_counter()
         found = survey(five_requests(), spread, max_states=10**9, workers=2)
         seconds = time.perf_counter() - start
         verdict = "complete" if found.complete else "INCOMPLETE"
-        print(f"five requests, spread {spread}: {found.states:,} states in {seconds:.1f}s on 2 processes, "
+        print(f"five requests, spread {spread}: {found.states:,} states in {seconds:.1f}s on 2 processes "
+              f"({found.states / seconds:,.0f} states/s), "
               f"{verdict}", file=sys.stderr, flush=True)
         if seconds > limit or not found.complete:
             break
@@ -74,8 +82,8 @@ def main() -> None:
     for name, w, spread in cases(args.spread):
         states, one = rate(w, spread, 1)
         _, two = rate(w, spread, 2)
-        full = explore(w, spread=spread, reduce=False).states
-        merged = explore(w, spread=spread, merge=True).states
+        full = explore(w, max_states=10**8, spread=spread, reduce=False).states
+        merged = explore(w, max_states=10**8, spread=spread, merge=True).states
         rows.append([name, spread, states, f"{one:,.0f}", f"{two:,.0f}", f"{two / one:.2f}x",
                      f"{bytes_per_state(w, spread):,.0f}", f"{full / states:.2f}x", f"{states / merged:.2f}x"])
     print(table(["workload", "spread", "states", "states/s (1 proc)", "states/s (2 procs)", "2 procs / 1",

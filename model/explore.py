@@ -30,6 +30,7 @@ key breaks ties by id, so ids order the scheduling pass.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import resource
 from array import array
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from model.events import Event, TokenOutcome
 from model.reference import step
 from model.state import FINISHED, PENDING, ReqState, SchedState, initial_state
-from model.workload import Workload
+from model.workload import RequestSpec, Workload
 
 PROGRESS_EVERY = 5000   # states between progress reports and memory checks
 
@@ -79,9 +80,15 @@ def variant(workload: Workload, spread: int, v: int) -> Workload:
     for _ in workload.requests:
         v, digit = divmod(v, spread + 1)
         shifts.append(digit)
-    reqs = tuple(replace(r, arrival=r.arrival + s, abort_at=None if r.abort_at is None else r.abort_at + s)
-                 for r, s in zip(workload.requests, reversed(shifts), strict=True))
-    return Workload(workload.config, reqs)
+    return Workload(workload.config, tuple(shifted(r, s) for r, s in zip(workload.requests, reversed(shifts),
+                                                                        strict=True)))
+
+
+@functools.lru_cache(maxsize=4096)
+def shifted(r: RequestSpec, s: int) -> RequestSpec:
+    """r with its arrival and abort s steps later (the variants of a family
+    share these)."""
+    return replace(r, arrival=r.arrival + s, abort_at=None if r.abort_at is None else r.abort_at + s)
 
 
 def canonical(state: SchedState, horizon: int, reduce: bool) -> SchedState:
@@ -140,6 +147,8 @@ class FutureGraph:
 
     def __init__(self) -> None:
         self.kinds: dict[tuple, int] = {}
+        self.timeless: dict[RequestSpec, int] = {}        # a request -> `_timeless`
+        self.timeless_ids: dict[RequestSpec, int] = {}    # a request at 0 without abort -> its number
         self.forgotten_pairs = 0
         self._empty()
 
@@ -172,8 +181,16 @@ class FutureGraph:
         order = tuple(sorted(indices, key=lambda i: w.requests[i].key))
         aborts = any(r.abort_at is not None for r in w.requests)
         arrivals = tuple(sorted(indices, key=lambda i: (w.requests[i].arrival, i))) if aborts else ()
-        specs = tuple(replace(r, arrival=0, abort_at=None) for r in w.requests)
+        specs = tuple(self._timeless(r) for r in w.requests)
         return self.kinds.setdefault((w.config, specs, order, arrivals, reduce), len(self.kinds))
+
+    def _timeless(self, r: RequestSpec) -> int:
+        """A number for r but its arrival and abort."""
+        found = self.timeless.get(r)
+        if found is None:
+            found = self.timeless[r] = self.timeless_ids.setdefault(replace(r, arrival=0, abort_at=None),
+                                                                     len(self.timeless_ids))
+        return found
 
     def node(self, state: SchedState, w: Workload, kind: int, horizon: int, content: int | None = None) -> int:
         """The node of a (`canonical`) state of w (`kind`: `self.kind(w, reduce)`;
@@ -304,12 +321,6 @@ class Exploration:
         """Position (in `workloads`) of the variant state i belongs to."""
         return bisect.bisect_right(self.roots, i) - 1
 
-    def _add_state(self, parent: int, depth: int, drained: int) -> int:
-        self.parent.append(parent)
-        self.depth.append(depth)
-        self.drained.append(drained)
-        return len(self.parent) - 1
-
     def _explore_variant(self, v: int, w: Workload, caps: Caps, graph: FutureGraph,
                          progress: Callable[[int, int], None] | None) -> None:
         """Breadth-first exploration of one variant, appended; clears `complete`
@@ -319,7 +330,14 @@ class Exploration:
         pairs = graph.pairs()
         root_state = canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, self.reduce)
         root_node = graph.node(root_state, w, kind, horizon)
-        root = self._add_state(-1, 0, graph.drained[root_node])
+        parent, depth, drained = self.parent, self.depth, self.drained
+        target, choice, preemptions, edge_start = self.target, self.choice, self.preemptions, self.edge_start
+        adjacent, drained_node = graph.adjacent, graph.drained     # (a restart replaces them, never mid-variant)
+        root = states = len(parent)
+        parent.append(-1)
+        depth.append(0)
+        drained.append(drained_node[root_node])
+        states += 1
         self.workloads.append(w)
         self.variant_ids.append(v)
         self.roots.append(root)
@@ -328,31 +346,39 @@ class Exploration:
         seen.setdefault(root_node if self.merge else root_node * span + root_state.step, root)
         queue: deque[tuple[int, int]] = deque([(root_state.step, root_node)])
         while queue:
-            i = len(self.edge_start) - 1     # states are expanded in number order
+            i = len(edge_start) - 1     # states are expanded in number order
             t, n = queue.popleft()
             step = min(t + 1, horizon)
-            for m, c, preempted in graph.successors(n, t, w, kind, horizon, self.reduce):
+            below = depth[i] + 1
+            following = adjacent[n]
+            if following is None:
+                following = graph.successors(n, t, w, kind, horizon, self.reduce)
+            for m, c, preempted in following:
                 key = m if self.merge else m * span + step
                 j = seen.get(key)
                 if j is None:
-                    if self.states >= caps.max_states:
+                    if states >= caps.max_states:
                         self.complete = False
                         continue
-                    j = seen[key] = self._add_state(i, self.depth[i] + 1, graph.drained[m])
+                    j = seen[key] = states
+                    states += 1
+                    parent.append(i)
+                    depth.append(below)
+                    drained.append(drained_node[m])
                     queue.append((step, m))
-                    if self.states % PROGRESS_EVERY == 0:
+                    if states % PROGRESS_EVERY == 0:
                         if caps.memory_exceeded():
                             self.complete = False
                             break
                         if progress:
-                            progress(self.states, len(queue))
-                self.target.append(j)
-                self.choice.append(c)
-                self.preemptions.append(preempted)
-            self.edge_start.append(len(self.target))
+                            progress(states, len(queue))
+                target.append(j)
+                choice.append(c)
+                preemptions.append(preempted)
+            edge_start.append(len(target))
             if not self.complete:
                 break
-        self.edge_start.extend([len(self.target)] * (self.states + 1 - len(self.edge_start)))   # never expanded
+        edge_start.extend([len(target)] * (states + 1 - len(edge_start)))   # never expanded
         self.fingerprint_pairs += graph.pairs() - pairs
 
     @property

@@ -45,14 +45,14 @@ class Liveness:
 def components(ex: Exploration) -> list[list[int]]:
     """Strongly connected components (Tarjan, iterative), each emitted after
     every component it reaches (reverse topological order)."""
-    start, target = ex.edge_start, ex.target
-    index = [-1] * ex.states
-    low = [0] * ex.states
-    on_stack = bytearray(ex.states)
+    start, target, size = ex.edge_start, ex.target, ex.states
+    index = [-1] * size
+    low = [0] * size
+    on_stack = bytearray(size)
     stack: list[int] = []
     out: list[list[int]] = []
     counter = 0
-    for root in range(ex.states):
+    for root in range(size):
         if index[root] >= 0:
             continue
         index[root] = low[root] = counter
@@ -137,12 +137,13 @@ def analyse(ex: Exploration) -> Liveness:
     comps = components(ex)
     can_drain = bytearray(ex.states)
     acyclic = True
+    start, target, drained = ex.edge_start, ex.target, ex.drained
     for comp in comps:
         # every component this one reaches was emitted before it: its can_drain is known
-        reaches = any(ex.drained[n] or can_drain[ex.target[e]] for n in comp for e in ex.edges(n))
+        reaches = any(drained[n] or any(map(can_drain.__getitem__, target[start[n]:start[n + 1]])) for n in comp)
         for n in comp:
             can_drain[n] = reaches
-        looped = len(comp) > 1 or any(ex.target[e] == comp[0] for e in ex.edges(comp[0]))
+        looped = len(comp) > 1 or comp[0] in target[start[comp[0]]:start[comp[0] + 1]]
         if looped and not all(ex.drained[n] for n in comp):
             sccs += 1
             found = _realisable_lasso(ex, replay, comp)
@@ -175,10 +176,13 @@ def _longest_drains(ex: Exploration, comps: list[list[int]]) -> tuple[int, int]:
     drained self-loops), components taken in reverse topological order."""
     steps = [0] * ex.states
     pre = [0] * ex.states
+    start, target, preemptions = ex.edge_start, ex.target, ex.preemptions
     for (n,) in comps:
-        for e in ex.edges(n):
-            m = ex.target[e]
+        most_steps = most_pre = 0
+        for e in range(start[n], start[n + 1]):
+            m = target[e]
             if m != n:
-                steps[n] = max(steps[n], 1 + steps[m])
-                pre[n] = max(pre[n], ex.preemptions[e] + pre[m])
+                most_steps = max(most_steps, 1 + steps[m])
+                most_pre = max(most_pre, preemptions[e] + pre[m])
+        steps[n], pre[n] = most_steps, most_pre
     return max(steps, default=0), max(pre, default=0)

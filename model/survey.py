@@ -93,7 +93,7 @@ def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states:
     if workers > 1 and total > 1:
         # fork: the workers inherit the family, so only variant numbers and figures cross the pipes
         with multiprocessing.get_context("fork").Pool(min(workers, total), _inherit, (family,)) as pool:
-            chunk = max(1, min(256, total // (8 * workers)))    # variants are often tiny: batch them per message
+            chunk = max(1, min(1024, total // (4 * workers)))   # variants are often tiny: batch them per message
             folded.take(pool.imap(_survey_job, range(total), chunk))
     else:
         def inner(n: int, queue: int) -> None:
