@@ -27,7 +27,9 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="stop at this many states with an INCOMPLETE verdict (default 200000)")
     p.add_argument("--spread", type=int, default=0,
                    help="enumerate each request's arrival shifted by 0..SPREAD")
-    p.add_argument("--max-memory-mb", type=float, help="stop past this peak memory (MiB) with an INCOMPLETE verdict")
+    p.add_argument("--max-memory-mb", type=float,
+                   help="stop when one process (this one or a worker) passes this peak memory (MiB), "
+                   "with an INCOMPLETE verdict")
     p.add_argument("--workers", type=int, default=1,
                    help="processes exploring the family's variants (same result as one)")
     p.add_argument("--no-reduce", action="store_true", help="keep finished requests' details")
@@ -85,7 +87,7 @@ def summary(workload: Workload, args: argparse.Namespace) -> tuple[dict[str, Any
         "fingerprint_collision_probability": float(f"{found.collision_probability:.2g}"),
         "complete": found.complete, "seconds": round(seconds, 3),
         "states_per_second": round(found.states / max(seconds, 1e-9)),
-        "peak_memory_mb": round(peak_memory_mb()),
+        "peak_memory_mb": round(peak_memory_mb(children=True)),   # workers included
     }
     return figures, found
 

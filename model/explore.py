@@ -264,9 +264,12 @@ class Caps:
         return self.max_memory_mb is not None and peak_memory_mb() > self.max_memory_mb
 
 
-def peak_memory_mb() -> float:
-    """Peak resident memory of this process, MiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def peak_memory_mb(children: bool = False) -> float:
+    """Peak resident memory of this process, MiB; with `children`, of this
+    process or any of its ended child processes (a survey's workers, once their
+    pool is closed)."""
+    who = (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN) if children else (resource.RUSAGE_SELF,)
+    return max(resource.getrusage(w).ru_maxrss for w in who) / 1024
 
 
 @dataclass
