@@ -12,10 +12,13 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from fuzz.directed import draw_workloads
+from fuzz.strategies import workloads
 from loopcheck.cli import main
 from model.bounds import preemption_bound
 from model.explore import (
     Caps,
+    Exploration,
     FutureGraph,
     Replay,
     canonical,
@@ -67,7 +70,10 @@ def test_the_compact_graph_is_the_models_successor_relation(make, spread) -> Non
     within each variant, and each state's edges lead to exactly the states the
     model's steps lead to (so successors shared between variants, and the last
     token's stop choice left out, lose nothing)."""
-    ex = explore(make(), spread=spread)
+    assert_the_models_successor_relation(explore(make(), spread=spread))
+
+
+def assert_the_models_successor_relation(ex: Exploration) -> None:
     replay = Replay(ex)
     states = [replay.state(i) for i in range(ex.states)]
     keys = [(ex.variant_of(i), state) for i, state in enumerate(states)]
@@ -77,6 +83,19 @@ def test_the_compact_graph_is_the_models_successor_relation(make, spread) -> Non
         following = {canonical(nxt, horizon_of(w), True) for nxt, _, _ in successors(state, w, False)}
         assert {states[ex.target[e]] for e in ex.edges(i)} == following
         assert ex.drained[i] == all(r.status == "finished" for r in state.reqs)
+
+
+def test_shared_futures_are_sound_on_random_workloads() -> None:
+    """On random small workloads (every config switch, aborts, stop tokens,
+    shared prefixes), each family's graph is the model's successor relation:
+    states that share a node, or only what is due now, really step alike."""
+    drawn = draw_workloads(workloads(max_requests=5, max_prompt=4, max_tokens=3, max_arrival=3), seed=7, count=60)
+    explored = [explore(w, max_states=4000, spread=1) for w in drawn]
+    complete = [ex for ex in explored if ex.complete]
+    assert len(complete) >= 50 and sum(ex.states for ex in complete) > 10_000
+    assert sum(any(r.abort_at is not None for r in ex.workloads[0].requests) for ex in complete) >= 20
+    for ex in complete:
+        assert_the_models_successor_relation(ex)
 
 
 @pytest.mark.parametrize("limit", [FutureGraph.LIMIT, 5])
