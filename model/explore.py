@@ -328,7 +328,10 @@ class Exploration:
                          progress: Callable[[int, int], None] | None) -> None:
         """Breadth-first exploration of one variant, appended; clears `complete`
         and stops at the caps. `progress(states, queue)` every PROGRESS_EVERY
-        states. A state is a step and a node of `graph` (with `merge`, the node)."""
+        states. A state is a step and a node of `graph` (with `merge`, the node);
+        without `merge`, a graph past its LIMIT is restarted first."""
+        if not self.merge and graph.nodes > graph.LIMIT:
+            graph.restart()
         horizon, kind = horizon_of(w), graph.kind(w, self.reduce)
         pairs = graph.pairs()
         root_state = canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, self.reduce)
@@ -395,10 +398,7 @@ def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps, graph: Future
                     progress: Callable[[int, int], None] | None = None) -> Exploration:
     """Variant `v` (workload `w`) of a family explored on its own, up to
     `caps.max_states` states or the memory cap (then complete=False); `graph`
-    may hold nodes of other variants of the family (restarted first when it
-    has passed its LIMIT)."""
-    if graph.nodes > graph.LIMIT:
-        graph.restart()
+    may hold nodes of other variants of the family."""
     ex = Exploration([], [], [], reduce)
     ex._explore_variant(v, w, caps, graph, progress)
     return ex
@@ -416,8 +416,6 @@ def explore(workload: Workload, max_states: int = 200_000, spread: int = 0, redu
     ex = Exploration([], [], [], reduce, merge=merge)
     graph = FutureGraph()
     for v in range(family_size(workload, spread)):
-        if not merge and graph.nodes > graph.LIMIT:
-            graph.restart()
         ex._explore_variant(v, variant(workload, spread, v), caps, graph, progress)
         if not ex.complete:
             break
