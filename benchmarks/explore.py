@@ -1,5 +1,5 @@
 """Exploration speed: states per second on one and on two processes, memory per
-state (the explored graph plus the shared successors, which are bounded), and
+state (the explored graph plus the graph of futures, which is bounded), and
 the effect of the finished-request reduction and of --merge, on the shipped
 examples and a five-request family with stop-token choices at spreads 3 to 5
 (rates: the median of 3 runs); with --largest, the largest spread of that
