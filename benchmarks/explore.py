@@ -2,17 +2,20 @@
 state (the explored graph plus the graph of futures, which is bounded), and
 the effect of the finished-request reduction and of --merge, on the shipped
 examples and a five-request family with stop-token choices at spreads 3 to 5
-(rates: the median of 3 runs); with --largest, the largest spread of that
-family verified within a time limit.
+(rates: the median of 3 runs, each version in a fresh process); with
+--before, the same rates of another version of loopcheck beside them; with
+--largest, the largest spread of that family verified within a time limit.
 
-Usage: python -m benchmarks.explore [--spread N] [--largest SECONDS]
+Usage: python -m benchmarks.explore [--spread N] [--largest SECONDS] [--before CHECKOUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
+import json
+import os
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -25,7 +28,8 @@ from model.survey import survey
 from model.workload import Workload, load_workload
 from tests.helpers import five_requests
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
 
 
 def cases(spread: int) -> list[tuple[str, Workload, int]]:
@@ -40,14 +44,29 @@ def cases(spread: int) -> list[tuple[str, Workload, int]]:
     return out
 
 
-def rate(w: Workload, spread: int, workers: int) -> tuple[int, float]:
-    """States of the family and states per second, the median of 3 runs."""
-    rates = []
-    for _ in range(3):
-        start = time.perf_counter()
-        found = survey(w, spread, workers=workers, max_states=10**8)
-        rates.append(found.states / (time.perf_counter() - start))
-    return found.states, statistics.median(rates)
+MEASURE = """
+import json, statistics, sys, time
+from model.survey import survey
+from model.workload import workload_from_json
+w, spread, workers = workload_from_json(json.load(sys.stdin)), int(sys.argv[1]), int(sys.argv[2])
+rates = []
+for _ in range(3):
+    start = time.perf_counter()
+    found = survey(w, spread, workers=workers, max_states=10**8)
+    rates.append(found.states / (time.perf_counter() - start))
+print(json.dumps([found.states, statistics.median(rates)]))
+"""
+
+
+def rate(w: Workload, spread: int, workers: int, checkout: Path = ROOT) -> tuple[int, float]:
+    """States of the family and states per second, the median of 3 runs, as
+    `checkout`'s own code (this one, or another version of loopcheck) explores
+    it in a fresh process."""
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(spread), str(workers)], input=json.dumps(w.to_json()),
+                          cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)}, capture_output=True,
+                          text=True, check=True)
+    states, per_second = json.loads(done.stdout)
+    return states, per_second
 
 
 def bytes_per_state(w: Workload, spread: int) -> float:
@@ -77,6 +96,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--spread", type=int, default=2)
     parser.add_argument("--largest", type=float, help="grow the five-request family's spread until this many seconds")
+    parser.add_argument("--before", type=Path, metavar="CHECKOUT",
+                        help="another version of loopcheck (e.g. a git worktree of an older commit): its states/s "
+                             "on the same families, measured in the same run")
     args = parser.parse_args()
     rows = []
     for name, w, spread in cases(args.spread):
@@ -84,10 +106,17 @@ def main() -> None:
         _, two = rate(w, spread, 2)
         full = explore(w, max_states=10**8, spread=spread, reduce=False).states
         merged = explore(w, max_states=10**8, spread=spread, merge=True).states
-        rows.append([name, spread, states, f"{one:,.0f}", f"{two:,.0f}", f"{two / one:.2f}x",
-                     f"{bytes_per_state(w, spread):,.0f}", f"{full / states:.2f}x", f"{states / merged:.2f}x"])
+        row = [name, spread, states, f"{one:,.0f}", f"{two:,.0f}", f"{two / one:.2f}x",
+               f"{bytes_per_state(w, spread):,.0f}", f"{full / states:.2f}x", f"{states / merged:.2f}x"]
+        if args.before:
+            old_states, old_one = rate(w, spread, 1, args.before)
+            _, old_two = rate(w, spread, 2, args.before)
+            row += [f"{old_one:,.0f}", f"{old_two:,.0f}", f"{one / old_one:.1f}x",
+                    "yes" if old_states == states else f"no ({old_states})"]
+        rows.append(row)
+    before = ["before: 1 proc", "before: 2 procs", "1 proc / before", "same states"] if args.before else []
     print(table(["workload", "spread", "states", "states/s (1 proc)", "states/s (2 procs)", "2 procs / 1",
-                 "bytes/state (explore)", "full/reduced states", "reduced/merged states"], rows))
+                 "bytes/state (explore)", "full/reduced states", "reduced/merged states", *before], rows))
     if args.largest:
         largest(args.largest)
 
