@@ -100,6 +100,8 @@ def main() -> None:
                         help="another version of loopcheck (e.g. a git worktree of an older commit): its states/s "
                              "on the same families, measured in the same run")
     args = parser.parse_args()
+    if args.before and not (args.before / "model" / "survey.py").is_file():
+        parser.error(f"--before {args.before}: not a loopcheck checkout (no model/survey.py)")
     rows = []
     for name, w, spread in cases(args.spread):
         states, one = rate(w, spread, 1)
