@@ -144,7 +144,7 @@ def analyse(ex: Exploration) -> Liveness:
         for n in comp:
             can_drain[n] = reaches
         looped = len(comp) > 1 or comp[0] in target[start[comp[0]]:start[comp[0] + 1]]
-        if looped and not all(ex.drained[n] for n in comp):
+        if looped and not all(drained[n] for n in comp):
             sccs += 1
             found = _realisable_lasso(ex, replay, comp)
             if found is None:
