@@ -2,7 +2,8 @@
 state (the explored graph plus the graph of futures, which is bounded), and
 the effect of the finished-request reduction and of --merge, on the shipped
 examples and a five-request family with stop-token choices at spreads 3 to 5
-(rates: the median of 3 runs, each version in a fresh process); with
+(rates: the median of 3 runs, each version in a fresh process; states of
+translated variants are derived, not explored: both rates are shown); with
 --before, the same rates of another version of loopcheck beside them; with
 --largest, the largest spread of that family verified within a time limit.
 
@@ -54,19 +55,20 @@ for _ in range(3):
     start = time.perf_counter()
     found = survey(w, spread, workers=workers, max_states=10**8)
     rates.append(found.states / (time.perf_counter() - start))
-print(json.dumps([found.states, statistics.median(rates)]))
+print(json.dumps([found.states, getattr(found, "explored", found.states), statistics.median(rates)]))
 """
 
 
-def rate(w: Workload, spread: int, workers: int, checkout: Path = ROOT) -> tuple[int, float]:
-    """States of the family and states per second, the median of 3 runs, as
+def rate(w: Workload, spread: int, workers: int, checkout: Path = ROOT) -> tuple[int, int, float]:
+    """States of the family, those explored (the others derived from
+    translations), and states per second, the median of 3 runs, as
     `checkout`'s own code (this one, or another version of loopcheck) explores
     it in a fresh process."""
     done = subprocess.run([sys.executable, "-c", MEASURE, str(spread), str(workers)], input=json.dumps(w.to_json()),
                           cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)}, capture_output=True,
                           text=True, check=True)
-    states, per_second = json.loads(done.stdout)
-    return states, per_second
+    states, explored, per_second = json.loads(done.stdout)
+    return states, explored, per_second
 
 
 def bytes_per_state(w: Workload, spread: int) -> float:
@@ -85,8 +87,8 @@ def largest(limit: float) -> None:
         found = survey(five_requests(), spread, max_states=10**9, workers=2)
         seconds = time.perf_counter() - start
         verdict = "complete" if found.complete else "INCOMPLETE"
-        print(f"five requests, spread {spread}: {found.states:,} states in {seconds:.1f}s on 2 processes "
-              f"({found.states / seconds:,.0f} states/s), "
+        print(f"five requests, spread {spread}: {found.states:,} states ({found.explored:,} explored) in "
+              f"{seconds:.1f}s on 2 processes ({found.states / seconds:,.0f} states/s), "
               f"{verdict}", file=sys.stderr, flush=True)
         if seconds > limit or not found.complete:
             break
@@ -104,20 +106,22 @@ def main() -> None:
         parser.error(f"--before {args.before}: not a loopcheck checkout (no model/survey.py)")
     rows = []
     for name, w, spread in cases(args.spread):
-        states, one = rate(w, spread, 1)
-        _, two = rate(w, spread, 2)
+        states, explored, one = rate(w, spread, 1)
+        *_, two = rate(w, spread, 2)
         full = explore(w, max_states=10**8, spread=spread, reduce=False).states
         merged = explore(w, max_states=10**8, spread=spread, merge=True).states
-        row = [name, spread, states, f"{one:,.0f}", f"{two:,.0f}", f"{two / one:.2f}x",
+        row = [name, spread, states, explored, f"{one:,.0f}", f"{one * explored / states:,.0f}", f"{two:,.0f}",
+               f"{two / one:.2f}x",
                f"{bytes_per_state(w, spread):,.0f}", f"{full / states:.2f}x", f"{states / merged:.2f}x"]
         if args.before:
-            old_states, old_one = rate(w, spread, 1, args.before)
-            _, old_two = rate(w, spread, 2, args.before)
+            old_states, _, old_one = rate(w, spread, 1, args.before)
+            *_, old_two = rate(w, spread, 2, args.before)
             row += [f"{old_one:,.0f}", f"{old_two:,.0f}", f"{one / old_one:.1f}x",
                     "yes" if old_states == states else f"no ({old_states})"]
         rows.append(row)
     before = ["before: 1 proc", "before: 2 procs", "1 proc / before", "same states"] if args.before else []
-    print(table(["workload", "spread", "states", "states/s (1 proc)", "states/s (2 procs)", "2 procs / 1",
+    print(table(["workload", "spread", "states", "explored", "states/s (1 proc)", "explored/s (1 proc)",
+                 "states/s (2 procs)", "2 procs / 1",
                  "bytes/state (explore)", "full/reduced states", "reduced/merged states", *before], rows))
     if args.largest:
         largest(args.largest)

@@ -78,7 +78,8 @@ def summary(workload: Workload, args: argparse.Namespace) -> tuple[dict[str, Any
     live = found.liveness
     seconds = time.perf_counter() - start
     figures = {
-        "states": found.states, "transitions": found.transitions, "depth": found.depth,
+        "states": found.states, "states_explored": found.explored, "transitions": found.transitions,
+        "depth": found.depth,
         "drained_states": found.drained, "states_that_can_drain": live.can_drain,
         "livelock": live.livelock, "non_progress_cycles": live.non_progress_sccs,
         "unrealisable_cycles": live.unrealisable_cycles,

@@ -71,17 +71,23 @@ def family_size(workload: Workload, spread: int) -> int:
     return (spread + 1) ** len(workload.requests)
 
 
+def shifts_of(v: int, requests: int, spread: int) -> list[int]:
+    """Each request's shift in variant v: the digits of v in base spread + 1,
+    the first request's the most significant."""
+    digits = []
+    for _ in range(requests):
+        v, digit = divmod(v, spread + 1)
+        digits.append(digit)
+    return digits[::-1]
+
+
 def variant(workload: Workload, spread: int, v: int) -> Workload:
-    """Variant v of the family: request k's arrival (and abort) shifted by digit
-    k of v in base spread + 1, the first request's digit the most significant."""
+    """Variant v of the family: request k's arrival (and abort) shifted by
+    `shifts_of(v, ...)[k]`."""
     if spread == 0:
         return workload
-    shifts = []
-    for _ in workload.requests:
-        v, digit = divmod(v, spread + 1)
-        shifts.append(digit)
-    return Workload(workload.config, tuple(shifted(r, s) for r, s in zip(workload.requests, reversed(shifts),
-                                                                        strict=True)))
+    shifts = shifts_of(v, len(workload.requests), spread)
+    return Workload(workload.config, tuple(shifted(r, s) for r, s in zip(workload.requests, shifts, strict=True)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -306,7 +312,7 @@ class Exploration:
     complete: bool = True
     merge: bool = False
     merged: dict[int, int] = field(default_factory=dict)   # with merge: the family's nodes seen so far
-    fingerprint_pairs: int = 0    # pairs of nodes that could have collided while exploring (`FutureGraph.pairs`)
+    fingerprint_pairs: int = 0    # at least the pairs of nodes that could have collided while exploring
 
     @property
     def states(self) -> int:
@@ -334,6 +340,7 @@ class Exploration:
             graph.restart()
         horizon, kind = horizon_of(w), graph.kind(w, self.reduce)
         pairs = graph.pairs()
+        looked = 1     # the root and every successor looked up: at least the nodes this variant made
         root_state = canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, self.reduce)
         root_node = graph.node(root_state, w, kind, horizon)
         parent, depth, drained = self.parent, self.depth, self.drained
@@ -359,6 +366,7 @@ class Exploration:
             following = adjacent[n]
             if following is None:
                 following = graph.successors(n, t, w, kind, horizon, self.reduce)
+            looked += len(following)
             for m, c, preempted in following:
                 key = m if self.merge else m * span + step
                 j = seen.get(key)
@@ -385,12 +393,15 @@ class Exploration:
             if not self.complete:
                 break
         edge_start.extend([len(target)] * (states + 1 - len(edge_start)))   # never expanded
-        self.fingerprint_pairs += graph.pairs() - pairs
+        # merged: every pair of the one graph; else at most `looked` new nodes, each beside at most
+        # LIMIT + looked others (a bound that does not depend on what other variants left in the graph)
+        self.fingerprint_pairs += graph.pairs() - pairs if self.merge else looked * (graph.LIMIT + looked)
 
     @property
     def collision_probability(self) -> float:
         """An upper estimate of the chance that two different futures got the
-        same 64-bit fingerprint while this graph was explored."""
+        same 64-bit fingerprint while this graph was explored (the same however
+        the family's variants were spread over processes)."""
         return min(1.0, self.fingerprint_pairs / 2.0**64)
 
 
@@ -411,7 +422,8 @@ def explore(workload: Workload, max_states: int = 200_000, spread: int = 0, redu
     breadth-first in turn. Stops with complete=False past `max_states` states in
     all or the memory cap; `progress(states, queue)` is called now and then.
     (`model.survey` gives the verdict and figures of a family on several
-    processes, one variant at a time.) `merge`: see `Exploration`."""
+    processes, variant by variant, deriving translated variants' figures.)
+    `merge`: see `Exploration`."""
     caps = Caps(max_states, max_memory_mb)
     ex = Exploration([], [], [], reduce, merge=merge)
     graph = FutureGraph()

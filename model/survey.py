@@ -5,16 +5,28 @@ The variants of a family (arrival offsets) never share a state, so each is
 explored and analysed on its own (`model.explore.explore_variant`,
 `model.liveness.analyse`) and the results combine exactly: counts add up, the
 verdict is any variant's livelock, worst cases are the largest, and the lasso
-is the shortest (ties: the first variant). Results come back in variant order,
-so the survey is the same for any number of workers.
+is the shortest (ties: the smallest variant number). They do share the graph
+of futures (`FutureGraph`), most of all variants with similar arrivals, so the
+family is cut into fixed blocks of variants (`plan`) whose variants lie near
+each other, and a worker explores neighbouring blocks (`Claims`): work shared
+between variants is repeated only where two workers' blocks meet.
+
+Blocks are folded in block order, whatever worker explored them and whenever,
+and a block, like the family, stops at its first incomplete variant or past
+the state cap; so the survey is the same for any number of workers, cut short
+or not (but by the memory cap, which depends on each process's memory).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import signal
-from collections.abc import Callable, Iterable
+import traceback
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from multiprocessing.context import ForkContext
+from typing import Any
 
 from model.explore import (
     Caps,
@@ -23,10 +35,14 @@ from model.explore import (
     explore,
     explore_variant,
     family_size,
+    shifts_of,
     variant,
 )
 from model.liveness import Lasso, Liveness, analyse
 from model.workload import Workload
+
+BLOCKS = 1024   # a family is folded in at most this many blocks
+SHIELDED = {signal.SIGINT, signal.SIGTERM}   # signals a worker leaves to the parent
 
 
 @dataclass
@@ -40,117 +56,300 @@ class Survey:
     complete: bool
     liveness: Liveness
     collision_probability: float   # that a fingerprint collision merged two states (upper estimate)
+    explored: int                  # states explored; the others' figures were derived (`translated`)
 
 
 Family = tuple[Workload, int, bool, Caps]   # workload, spread, reduce, caps
 
 
-def _survey_variant(v: int, family: Family, graph: FutureGraph,
-                    progress: Callable[[int, int], None] | None = None) -> Survey:
-    workload, spread, reduce, caps = family
-    return _survey_of(explore_variant(v, variant(workload, spread, v), reduce, caps, graph, progress))
+def plan(workload: Workload, spread: int) -> list[range]:
+    """The family's blocks: consecutive ranges of bases (see `block_variants`),
+    as many as BLOCKS allows, fixed by the family alone."""
+    total = family_size(workload, spread)
+    count = min(total, BLOCKS)
+    return [range(b * total // count, (b + 1) * total // count) for b in range(count)]
+
+
+def block_variants(workload: Workload, spread: int, bases: range) -> Iterator[tuple[int, int]]:
+    """The variants of a block of bases, neighbours next to each other, each with
+    its m: each base (a variant in which some request is not shifted; m = 0)
+    followed by its translations (every request shifted m more, while the
+    family has them), which reach the same futures. Every variant is one
+    base's translation."""
+    n = len(workload.requests)
+    later = sum((spread + 1) ** k for k in range(n))   # shifts every request one step later
+    for v in bases:
+        shifts = shifts_of(v, n, spread)
+        if min(shifts, default=0) == 0:
+            for m in range(spread - max(shifts, default=spread) + 1):
+                yield v + m * later, m
+
+
+def translated(base: Survey, m: int, caps: Caps) -> Survey | None:
+    """The survey of the variant whose requests all come m steps later than in
+    `base`'s (m > 0), when base is complete and every state of it can drain (no
+    non-progress cycle); else None (explore that variant). Its first m steps
+    wait in the initial state (nothing is due before the first arrival); from
+    step m on its states are base's, m steps later, with the same futures. So
+    it has m more states, transitions, depth, states that can drain, and drain
+    steps, and the same drained states and preemptions."""
+    live = base.liveness
+    if not base.complete or live.non_progress_sccs or base.states + m > caps.max_states:
+        return None
+    steps = None if live.worst_drain_steps is None else live.worst_drain_steps + m
+    return Survey(base.states + m, base.transitions + m, base.depth + m, base.drained, True,
+                  Liveness(False, None, 0, 0, live.can_drain + m, steps, live.worst_preemptions), 0.0, 0)
 
 
 def _survey_of(ex: Exploration) -> Survey:
     return Survey(ex.states, ex.transitions, max(ex.depth, default=0), sum(ex.drained), ex.complete, analyse(ex),
-                  ex.collision_probability)
+                  ex.collision_probability, ex.states)
 
 
-_family: list[Family] = []          # in a worker process: the survey's family
-_graph = FutureGraph()              # ... and the nodes its variants share
+def survey_block(bases: range, family: Family, graph: FutureGraph,
+                 progress: Callable[[int, int], None] | None = None) -> Fold:
+    """A block's variants explored in `block_variants` order and folded; the block
+    stops (`Fold.stopped`) at its first incomplete variant, or once its states
+    pass the state cap or the process the memory cap. `progress(states,
+    variants)` now and then, with the block's states so far (within a variant
+    too) and its variants done."""
+    workload, spread, reduce, caps = family
+    fold = Fold()
 
-
-def _inherit(family: Family) -> None:
-    """A worker's start: the family, and signals left to the parent (Ctrl-C goes
-    to the parent, which ends the pool; the pool's SIGTERM ends a worker quietly)."""
-    _family[:] = [family]
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _survey_job(v: int) -> Survey:
-    return _survey_variant(v, _family[0], _graph)
+    def within(n: int, _queue: int) -> None:
+        if progress:
+            progress(fold.states + n, fold.taken)
+    base = None
+    for v, m in block_variants(workload, spread, bases):
+        part = translated(base, m, caps) if m else None
+        if part is None:
+            part = _survey_of(explore_variant(v, variant(workload, spread, v), reduce, caps, graph, within))
+        if not m:
+            base = part
+        fold.merge(Fold.of(part))
+        within(0, 0)
+        if not part.complete or fold.states > caps.max_states or caps.memory_exceeded():
+            fold.stopped = True
+            break
+    return fold
 
 
 def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states: int = 200_000,
            max_memory_mb: float | None = None, workers: int = 1,
            progress: Callable[[int, int], None] | None = None, merge: bool = False) -> Survey:
     """Explore and analyse every variant (on `workers` fork processes when more
-    than one), combined in variant order; incomplete past `max_states` states in
-    all or the memory cap. `progress(states, queue)` now and then (with one
-    worker also within a variant; the queue is then the variants left).
-    Variants are built where they are explored, and their figures folded as
-    they come, so memory does not grow with the family's size. With `merge`
-    the family is one graph (`Exploration.merge`), explored and analysed on
-    this process."""
+    than one), folded block by block in block order; cut short at the first
+    block that stops (`survey_block`), past `max_states` states in all, or past
+    the memory cap. `progress(states, queue)` now and then: states explored,
+    variants left (with one worker, also within a variant). Variants are built
+    where they are explored, and their figures folded as they come, so memory
+    does not grow with the family's size. With `merge` the family is one graph
+    (`Exploration.merge`), explored and analysed on this process."""
     if merge:
         ex = explore(workload, max_states, spread, reduce, max_memory_mb, progress, merge=True)
         return _survey_of(ex)
     caps = Caps(max_states, max_memory_mb)
     family = (workload, spread, reduce, caps)
+    blocks = plan(workload, spread)
     total = family_size(workload, spread)
-    folded = Fold(total, caps, progress)
-    if workers > 1 and total > 1:
-        # fork: the workers inherit the family, so only variant numbers and figures cross the pipes
-        with multiprocessing.get_context("fork").Pool(min(workers, total), _inherit, (family,)) as pool:
-            chunk = max(1, min(1024, total // (4 * workers)))   # variants are often tiny: batch them per message
-            folded.take(pool.imap(_survey_job, range(total), chunk))
+    folded = Fold()
+    if workers > 1 and len(blocks) > 1:
+        found = _surveyed_in_parallel(family, blocks, min(workers, len(blocks)), total, progress)
+        try:
+            _fold_in_order(found, caps, folded)
+        finally:
+            found.close()   # ends the workers
     else:
-        def inner(n: int, queue: int) -> None:
+        def within(n: int, taken: int) -> None:
             if progress:
-                progress(folded.states + n, queue)
+                progress(folded.states + n, total - folded.taken - taken)
         graph = FutureGraph()
-        folded.take(_survey_variant(v, family, graph, inner) for v in range(total))
-    return folded.result()
+        _fold_in_order(((b, survey_block(bases, family, graph, within)) for b, bases in enumerate(blocks)), caps,
+                       folded)
+    return folded.result(total, caps)
+
+
+def _fold_in_order(blocks: Iterable[tuple[int, Fold]], caps: Caps, folded: Fold) -> None:
+    """Blocks, as they come (numbered, in any order), folded into `folded` in
+    block order until one stops or the caps are passed."""
+    waiting: dict[int, Fold] = {}
+    following = 0   # the next block to fold
+    for b, block in blocks:
+        waiting[b] = block
+        while following in waiting:
+            block = waiting.pop(following)
+            following += 1
+            folded.merge(block)
+            if block.stopped or folded.states > caps.max_states or caps.memory_exceeded():
+                return
+
+
+class Claims:
+    """Blocks handed out to workers so that each explores neighbouring blocks:
+    workers pair up on equal ranges of blocks, one walking forward from the
+    range's start, the other backward from its end, so the two meet once; a
+    worker whose next block is taken moves to the middle of the longest run of
+    untaken blocks and walks forward. Shared by fork processes."""
+
+    def __init__(self, count: int, ctx: ForkContext) -> None:
+        self.count = count
+        self.taken = ctx.RawArray("b", count)
+        self.lock = ctx.Lock()
+
+    def start(self, k: int, workers: int) -> tuple[int, int]:
+        """Worker k's first block and direction (+1 forward, -1 backward)."""
+        pairs = (workers + 1) // 2
+        lo, hi = k // 2 * self.count // pairs, (k // 2 + 1) * self.count // pairs
+        return (lo, 1) if k % 2 == 0 else (hi - 1, -1)
+
+    def next(self, position: int, direction: int) -> tuple[int | None, int, int]:
+        """Take the block at `position` or, if it is taken, one elsewhere (None:
+        all are taken); with the position and direction to go on from."""
+        with self.lock:
+            taken = self.taken
+            if not (0 <= position < self.count) or taken[position]:
+                run = self._longest_untaken()
+                if not run:
+                    return None, position, direction
+                position, direction = run.start + len(run) // 2, 1
+            taken[position] = 1
+            return position, position + direction, direction
+
+    def _longest_untaken(self) -> range:
+        best, start = range(0), None
+        for b in range(self.count + 1):
+            free = b < self.count and not self.taken[b]
+            if free and start is None:
+                start = b
+            elif not free and start is not None:
+                if b - start > len(best):
+                    best = range(start, b)
+                start = None
+        return best
+
+
+def _surveyed_in_parallel(family: Family, blocks: list[range], workers: int, total: int,
+                          progress: Callable[[int, int], None] | None) -> Iterator[tuple[int, Fold]]:
+    """Every block's fold, numbered, as the worker processes finish them (until
+    the consumer stops asking: then the workers are ended). `progress(states,
+    variants left)` after each block and every second, counting the blocks
+    under way too."""
+    ctx = multiprocessing.get_context("fork")   # the workers inherit the family: only folds cross the pipes
+    claims, results = Claims(len(blocks), ctx), ctx.Queue()
+    under_way = ctx.RawArray("q", 2 * workers)   # per worker: states and variants of its current block so far
+    processes = [ctx.Process(target=_work, args=(k, workers, family, blocks, claims, results, under_way),
+                             daemon=True) for k in range(workers)]
+    came_states = came_variants = ended = 0
+    try:
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELDED)   # until a worker has its own handlers
+        try:
+            for p in processes:
+                p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        while ended < workers:
+            try:
+                b, found = results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"a survey worker ended with exit code {dead[0]}") from None
+            else:
+                if b is not None:
+                    came_states, came_variants = came_states + found.states, came_variants + found.taken
+                    yield b, found
+                elif found is not None:
+                    raise RuntimeError(f"a survey worker failed:\n{found}")
+                else:
+                    ended += 1
+            if progress:
+                progress(came_states + sum(under_way[0::2]), total - came_variants - sum(under_way[1::2]))
+    finally:
+        started = [p for p in processes if p.pid is not None]
+        for p in started:
+            p.terminate()
+        for p in started:
+            p.join()
+
+
+def _work(k: int, workers: int, family: Family, blocks: list[range], claims: Claims,
+          results: multiprocessing.Queue, under_way: Any) -> None:
+    """Worker k: claims blocks and sends back their folds, then (None, None), or
+    (None, the traceback) if it fails; keeps its block's progress in
+    `under_way`. Ctrl-C is left to the parent, which ends the workers; SIGTERM
+    ends a worker quietly."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SHIELDED)
+
+    def within(states: int, variants: int) -> None:
+        under_way[2 * k], under_way[2 * k + 1] = states, variants
+    try:
+        graph = FutureGraph()
+        position, direction = claims.start(k, workers)
+        while True:
+            b, position, direction = claims.next(position, direction)
+            if b is None:
+                break
+            found = survey_block(blocks[b], family, graph, within)
+            within(0, 0)
+            results.put((b, found))
+        results.put((None, None))
+    except Exception:
+        results.put((None, traceback.format_exc()))
 
 
 class Fold:
-    """The family's figures folded from its variants' (taken in variant order):
+    """Figures folded from variants' (`of`, `merge`), the same in any order:
     counts add up, the verdict is any variant's livelock, worst cases are the
     largest (known only when every variant's is), the lasso is the shortest
-    (ties: the first)."""
+    (ties: the smallest variant number)."""
 
-    def __init__(self, total: int, caps: Caps, progress: Callable[[int, int], None] | None) -> None:
-        self.total, self.caps, self.progress = total, caps, progress
-        self.taken = self.states = self.transitions = self.depth = self.drained = 0
+    def __init__(self) -> None:
+        self.taken = self.states = self.explored = self.transitions = self.depth = self.drained = 0
         self.all_complete, self.worst_known = True, True
+        self.stopped = False   # a block cut short (`survey_block`)
         self.lasso: Lasso | None = None
         self.sccs = self.unrealisable = self.can_drain = self.worst_steps = self.worst_preemptions = 0
         self.collision = 0.0
 
-    def take(self, parts: Iterable[Survey]) -> None:
-        """Fold parts in until one is incomplete or the caps are passed."""
-        for part in parts:
-            self.add(part)
-            if self.progress:
-                self.progress(self.states, self.total - self.taken)
-            if not part.complete or self.states > self.caps.max_states or self.caps.memory_exceeded():
-                break
+    @staticmethod
+    def of(part: Survey) -> Fold:
+        """One variant's figures."""
+        fold, live = Fold(), part.liveness
+        fold.taken, fold.states, fold.explored, fold.transitions, fold.depth, fold.drained = (
+            1, part.states, part.explored, part.transitions, part.depth, part.drained)
+        fold.all_complete, fold.lasso, fold.collision = part.complete, live.lasso, part.collision_probability
+        fold.sccs, fold.unrealisable, fold.can_drain = live.non_progress_sccs, live.unrealisable_cycles, live.can_drain
+        fold.worst_known = live.worst_drain_steps is not None and live.worst_preemptions is not None
+        fold.worst_steps, fold.worst_preemptions = live.worst_drain_steps or 0, live.worst_preemptions or 0
+        return fold
 
-    def add(self, part: Survey) -> None:
-        live = part.liveness
-        self.taken += 1
-        self.states += part.states
-        self.transitions += part.transitions
-        self.depth = max(self.depth, part.depth)
-        self.drained += part.drained
-        self.all_complete = self.all_complete and part.complete
-        if live.lasso is not None and (self.lasso is None or len(live.lasso.nodes) < len(self.lasso.nodes)):
-            self.lasso = live.lasso
-        self.sccs += live.non_progress_sccs
-        self.unrealisable += live.unrealisable_cycles
-        self.can_drain += live.can_drain
-        if live.worst_drain_steps is None or live.worst_preemptions is None:
-            self.worst_known = False
-        else:
-            self.worst_steps = max(self.worst_steps, live.worst_drain_steps)
-            self.worst_preemptions = max(self.worst_preemptions, live.worst_preemptions)
-        self.collision += part.collision_probability
+    def merge(self, other: Fold) -> None:
+        """Fold `other`'s figures into these."""
+        self.taken += other.taken
+        self.states += other.states
+        self.explored += other.explored
+        self.transitions += other.transitions
+        self.depth = max(self.depth, other.depth)
+        self.drained += other.drained
+        self.all_complete = self.all_complete and other.all_complete
+        if other.lasso is not None and (self.lasso is None or (len(other.lasso.nodes), other.lasso.variant)
+                                        < (len(self.lasso.nodes), self.lasso.variant)):
+            self.lasso = other.lasso
+        self.sccs += other.sccs
+        self.unrealisable += other.unrealisable
+        self.can_drain += other.can_drain
+        self.worst_known = self.worst_known and other.worst_known
+        self.worst_steps = max(self.worst_steps, other.worst_steps)
+        self.worst_preemptions = max(self.worst_preemptions, other.worst_preemptions)
+        self.collision += other.collision
 
-    def result(self) -> Survey:
-        complete = self.taken == self.total and self.all_complete and self.states <= self.caps.max_states
+    def result(self, total: int, caps: Caps) -> Survey:
+        """The family's survey, `total` variants in all."""
+        complete = self.taken == total and self.all_complete and self.states <= caps.max_states
         known = complete and self.sccs == 0 and self.worst_known
         liveness = Liveness(self.lasso is not None, self.lasso, self.sccs, self.unrealisable, self.can_drain,
                             self.worst_steps if known else None, self.worst_preemptions if known else None)
         return Survey(self.states, self.transitions, self.depth, self.drained, complete, liveness,
-                      min(1.0, self.collision))
+                      min(1.0, self.collision), self.explored)

@@ -12,6 +12,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+import model.survey
 from fuzz.directed import draw_workloads
 from fuzz.strategies import workloads
 from loopcheck.cli import main
@@ -31,7 +32,7 @@ from model.explore import (
 )
 from model.lasso_export import lasso_workload
 from model.liveness import analyse
-from model.survey import survey
+from model.survey import Claims, Fold, block_variants, plan, survey
 from model.workload import Workload, load_workload
 from sut.simulate import simulate_engine, simulate_model
 from tests.helpers import five_requests, req, workload
@@ -211,6 +212,100 @@ def test_the_survey_on_two_processes_equals_the_whole_graph(make, spread) -> Non
     assert (one.liveness.lasso is None) == (whole.lasso is None)
     if whole.lasso is not None:
         assert len(one.liveness.lasso.nodes) == len(whole.lasso.nodes) == len(two.liveness.lasso.nodes)
+
+
+def each_variant_explored(w: Workload, spread: int, max_states: int):
+    """The family's survey with every variant explored and analysed (no variant
+    derived from another), folded in variant order."""
+    folded = Fold()
+    for v in range(family_size(w, spread)):
+        ex = explore_variant(v, variant(w, spread, v), True, Caps(max_states), FutureGraph())
+        folded.merge(Fold.of(model.survey._survey_of(ex)))
+    return folded.result(family_size(w, spread), Caps(max_states))
+
+
+def test_translated_variants_are_their_bases_some_steps_later(monkeypatch) -> None:
+    """A variant whose requests all come m steps later than a base's is surveyed
+    from the base's figures: on pinned families and random workloads (aborts,
+    stop tokens, every config switch), the survey equals exploring every
+    variant, and translations were derived (not explored) in most families."""
+    derived = []
+    original = model.survey.translated
+
+    def counted(base, m, caps):
+        found = original(base, m, caps)
+        derived.append(found is not None)
+        return found
+    monkeypatch.setattr(model.survey, "translated", counted)
+    drawn = draw_workloads(workloads(max_requests=5, max_prompt=4, max_tokens=3, max_arrival=3), seed=11, count=40)
+    pinned = [five_requests(), small_b(), small_b("unguarded"), aborted_b(),
+              load_workload(EXAMPLES / "livelock_min.json")]
+    cases = [(w, 2) for w in drawn + pinned]
+    families_with_translations = complete = 0
+    for w, spread in cases:
+        derived.clear()
+        found = survey(w, spread, max_states=20_000)
+        if found.complete:
+            complete += 1
+            assert figures(found) == figures(each_variant_explored(w, spread, 20_000))
+            families_with_translations += any(derived)
+    assert complete >= 36 and families_with_translations >= 30
+
+
+def test_blocks_cover_the_family_once_with_translations_next_to_their_bases() -> None:
+    w = five_requests()
+    for spread in (0, 1, 3):
+        listed = [vm for bases in plan(w, spread) for vm in block_variants(w, spread, bases)]
+        assert sorted(v for v, _ in listed) == list(range(family_size(w, spread)))
+        for (v, m), (u, k) in zip(listed, listed[1:], strict=False):
+            if k:   # a translation follows its base (or the base's previous translation), one step later
+                assert k == m + 1
+                assert [r.arrival for r in variant(w, spread, u).requests] == [
+                    r.arrival + 1 for r in variant(w, spread, v).requests]
+            else:   # a base: some request not shifted
+                assert min(r.arrival - s.arrival for r, s in zip(variant(w, spread, u).requests, w.requests,
+                                                                 strict=True)) == 0
+
+
+def test_claims_hand_out_every_block_once_in_runs(monkeypatch) -> None:
+    """Workers pair up, walking towards each other; a worker whose next block is
+    taken moves to the middle of the longest untaken run; every block goes
+    to exactly one worker, and each worker's blocks form few runs."""
+    import multiprocessing
+    for count, workers in ((10, 2), (37, 3), (64, 4), (3, 5)):
+        claims = Claims(count, multiprocessing.get_context("fork"))
+        walkers = [list(claims.start(k, workers)) for k in range(workers)]
+        owner: dict[int, int] = {}
+        active = set(range(workers))
+        turn = 0
+        while active:
+            k = sorted(active)[turn % len(active)]
+            turn += 1 + k   # uneven speeds
+            b, walkers[k][0], walkers[k][1] = claims.next(*walkers[k])
+            if b is None:
+                active.discard(k)
+            else:
+                assert b not in owner
+                owner[b] = k
+        assert sorted(owner) == list(range(count))
+        runs = sum(b == 0 or owner[b - 1] != owner[b] for b in owner)
+        assert runs <= 3 * workers
+    first = Claims(10, multiprocessing.get_context("fork"))
+    assert (first.start(0, 2), first.start(1, 2)) == ((0, 1), (9, -1))
+
+
+@pytest.mark.parametrize("max_states", [10**6, 2000, 40])
+def test_the_survey_is_the_same_on_any_number_of_workers_cut_short_or_not(max_states) -> None:
+    """Blocks are folded in block order and cut at the same block, so the
+    figures of a capped survey do not depend on the workers either."""
+    w = five_requests()
+    one = survey(w, 2, max_states=max_states)
+    assert one.complete == (max_states == 10**6)
+    for workers in (2, 3):
+        other = survey(w, 2, max_states=max_states, workers=workers)
+        assert figures(other) == figures(one)
+        assert (other.depth, other.explored, other.collision_probability) == (
+            one.depth, one.explored, one.collision_probability)
 
 
 def test_a_five_request_family_with_spread_3_and_stop_choices_is_explored_completely() -> None:

@@ -7,8 +7,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+
+from model.workload import save_workload
+from tests.helpers import five_requests
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -28,3 +32,39 @@ def test_fuzz_stops_cleanly(sig, code, tmp_path) -> None:
     assert proc.returncode == code
     assert "Traceback" not in err and "INTERRUPTED" in err and "reproduce: loopcheck fuzz" in err
     assert "examples" in out and "before the interrupt" in out
+
+
+def test_a_parallel_exploration_stops_cleanly_and_leaves_no_worker(tmp_path) -> None:
+    """Ctrl-C during `explore --workers 2`: exit 130 and one line, no traceback
+    from the parent or a worker, and no worker process left running."""
+    family = tmp_path / "five.json"
+    save_workload(five_requests(), family)
+    proc = subprocess.Popen([sys.executable, "-m", "loopcheck.cli", "explore", str(family), "--spread", "30",
+                             "--workers", "2", "--max-states", "1000000000"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    line = ""
+    while not line.startswith("["):   # the first progress line: the workers are busy
+        line = proc.stderr.readline()
+        assert line, "the run ended before its first progress line"
+    workers = children(proc.pid)
+    assert len(workers) == 2
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Traceback" not in err and "interrupted (SIGINT)" in err
+    time.sleep(0.5)
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
