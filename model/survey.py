@@ -22,6 +22,7 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import signal
+import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from model.liveness import Lasso, Liveness, analyse
 from model.workload import Workload
 
 BLOCKS = 1024   # a family is folded in at most this many blocks
+FORK_AFTER = 0.01   # seconds a survey runs on its own process before it starts workers
 SHIELDED = {signal.SIGINT, signal.SIGTERM}   # signals a worker leaves to the parent
 
 
@@ -107,12 +109,13 @@ def _survey_of(ex: Exploration) -> Survey:
 
 
 def survey_block(bases: range, family: Family, graph: FutureGraph,
-                 progress: Callable[[int, int], None] | None = None) -> Fold:
+                 progress: Callable[[int, int], None] | None = None, until: float | None = None) -> Fold | None:
     """A block's variants explored in `block_variants` order and folded; the block
     stops (`Fold.stopped`) at its first incomplete variant, or once its states
     pass the state cap or the process the memory cap. `progress(states,
     variants)` now and then, with the block's states so far (within a variant
-    too) and its variants done."""
+    too) and its variants done. None: `time.perf_counter()` passed `until`
+    between two variants (the block is left unfinished)."""
     workload, spread, reduce, caps = family
     fold = Fold()
 
@@ -128,6 +131,8 @@ def survey_block(bases: range, family: Family, graph: FutureGraph,
             base = part
         fold.merge(Fold.of(part))
         within(0, 0)
+        if until is not None and time.perf_counter() > until:
+            return None
         if not part.complete or fold.states > caps.max_states or caps.memory_exceeded():
             fold.stopped = True
             break
@@ -153,20 +158,40 @@ def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states:
     blocks = plan(workload, spread)
     total = family_size(workload, spread)
     folded = Fold()
-    if workers > 1 and len(blocks) > 1:
-        found = _surveyed_in_parallel(family, blocks, min(workers, len(blocks)), total, progress)
-        try:
-            _fold_in_order(found, caps, folded)
-        finally:
-            found.close()   # ends the workers
-    else:
-        def within(n: int, taken: int) -> None:
-            if progress:
-                progress(folded.states + n, total - folded.taken - taken)
-        graph = FutureGraph()
-        _fold_in_order(((b, survey_block(bases, family, graph, within)) for b, bases in enumerate(blocks)), caps,
-                       folded)
+    found = _surveyed(family, blocks, workers, folded, total, progress)
+    try:
+        _fold_in_order(found, caps, folded)
+    finally:
+        found.close()   # ends any workers
     return folded.result(total, caps)
+
+
+def _surveyed(family: Family, blocks: list[range], workers: int, folded: Fold, total: int,
+              progress: Callable[[int, int], None] | None) -> Iterator[tuple[int, Fold]]:
+    """Every block's fold, numbered, for `_fold_in_order` to fold into `folded`:
+    explored on this process in block order and, once that has taken
+    FORK_AFTER seconds with blocks left, the rest (the unfinished block again)
+    on `workers` processes if more than one, which start from this process's
+    graph (so a small family never waits for processes to start).
+    `progress(states, variants left)` now and then."""
+    def within(n: int, taken: int) -> None:
+        if progress:
+            progress(folded.states + n, total - folded.taken - taken)
+    graph = FutureGraph()
+    until = time.perf_counter() + FORK_AFTER if workers > 1 and len(blocks) > 1 else None
+    for b, bases in enumerate(blocks):
+        found = survey_block(bases, family, graph, within, until if len(blocks) - b > 1 else None)
+        if found is None:
+            break
+        yield b, found
+    else:
+        return
+    states, taken = folded.states, folded.taken   # of the blocks before b, all folded by now
+
+    def report(n: int, more: int) -> None:
+        if progress:
+            progress(states + n, total - taken - more)
+    yield from _surveyed_in_parallel(family, blocks, b, min(workers, len(blocks) - b), graph, report)
 
 
 def _fold_in_order(blocks: Iterable[tuple[int, Fold]], caps: Caps, folded: Fold) -> None:
@@ -228,17 +253,18 @@ class Claims:
         return best
 
 
-def _surveyed_in_parallel(family: Family, blocks: list[range], workers: int, total: int,
-                          progress: Callable[[int, int], None] | None) -> Iterator[tuple[int, Fold]]:
-    """Every block's fold, numbered, as the worker processes finish them (until
-    the consumer stops asking: then the workers are ended). `progress(states,
-    variants left)` after each block and every second, counting the blocks
-    under way too."""
+def _surveyed_in_parallel(family: Family, blocks: list[range], first: int, workers: int, graph: FutureGraph,
+                          report: Callable[[int, int], None]) -> Iterator[tuple[int, Fold]]:
+    """The folds of blocks `first`.. on, numbered, as the worker processes
+    finish them (until the consumer stops asking: then the workers are
+    ended). Each worker starts from a copy of `graph`. `report(states,
+    variants)` of these blocks, those under way included, after each block
+    and every second."""
     ctx = multiprocessing.get_context("fork")   # the workers inherit the family: only folds cross the pipes
-    claims, results = Claims(len(blocks), ctx), ctx.Queue()
+    claims, results = Claims(len(blocks) - first, ctx), ctx.Queue()
     under_way = ctx.RawArray("q", 2 * workers)   # per worker: states and variants of its current block so far
-    processes = [ctx.Process(target=_work, args=(k, workers, family, blocks, claims, results, under_way),
-                             daemon=True) for k in range(workers)]
+    processes = [ctx.Process(target=_work, args=(k, workers, family, blocks[first:], first, graph, claims, results,
+                                                 under_way), daemon=True) for k in range(workers)]
     came_states = came_variants = ended = 0
     try:
         held = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELDED)   # until a worker has its own handlers
@@ -262,8 +288,7 @@ def _surveyed_in_parallel(family: Family, blocks: list[range], workers: int, tot
                     raise RuntimeError(f"a survey worker failed:\n{found}")
                 else:
                     ended += 1
-            if progress:
-                progress(came_states + sum(under_way[0::2]), total - came_variants - sum(under_way[1::2]))
+            report(came_states + sum(under_way[0::2]), came_variants + sum(under_way[1::2]))
     finally:
         started = [p for p in processes if p.pid is not None]
         for p in started:
@@ -272,12 +297,12 @@ def _surveyed_in_parallel(family: Family, blocks: list[range], workers: int, tot
             p.join()
 
 
-def _work(k: int, workers: int, family: Family, blocks: list[range], claims: Claims,
-          results: multiprocessing.Queue, under_way: Any) -> None:
-    """Worker k: claims blocks and sends back their folds, then (None, None), or
-    (None, the traceback) if it fails; keeps its block's progress in
-    `under_way`. Ctrl-C is left to the parent, which ends the workers; SIGTERM
-    ends a worker quietly."""
+def _work(k: int, workers: int, family: Family, blocks: list[range], first: int, graph: FutureGraph,
+          claims: Claims, results: multiprocessing.Queue, under_way: Any) -> None:
+    """Worker k: claims blocks and sends back their folds (numbered from
+    `first`), then (None, None), or (None, the traceback) if it fails; keeps its
+    block's progress in `under_way`. Ctrl-C is left to the parent, which ends
+    the workers; SIGTERM ends a worker quietly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SHIELDED)
@@ -285,7 +310,6 @@ def _work(k: int, workers: int, family: Family, blocks: list[range], claims: Cla
     def within(states: int, variants: int) -> None:
         under_way[2 * k], under_way[2 * k + 1] = states, variants
     try:
-        graph = FutureGraph()
         position, direction = claims.start(k, workers)
         while True:
             b, position, direction = claims.next(position, direction)
@@ -293,7 +317,7 @@ def _work(k: int, workers: int, family: Family, blocks: list[range], claims: Cla
                 break
             found = survey_block(blocks[b], family, graph, within)
             within(0, 0)
-            results.put((b, found))
+            results.put((first + b, found))
         results.put((None, None))
     except Exception:
         results.put((None, traceback.format_exc()))

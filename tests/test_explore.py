@@ -201,7 +201,8 @@ def figures(found):
 
 @pytest.mark.parametrize("make, spread", [(lambda: load_workload(EXAMPLES / "livelock_min.json"), 2),
                                           (lambda: small_b("guarded"), 1), (lambda: small_b("unguarded"), 1)])
-def test_the_survey_on_two_processes_equals_the_whole_graph(make, spread) -> None:
+def test_the_survey_on_two_processes_equals_the_whole_graph(make, spread, monkeypatch) -> None:
+    monkeypatch.setattr(model.survey, "FORK_AFTER", 0.0)   # workers from the first block on
     w = make()
     ex = explore(w, spread=spread)
     whole = analyse(ex)
@@ -295,9 +296,13 @@ def test_claims_hand_out_every_block_once_in_runs(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("max_states", [10**6, 2000, 40])
-def test_the_survey_is_the_same_on_any_number_of_workers_cut_short_or_not(max_states) -> None:
+@pytest.mark.parametrize("fork_after", [0.0, model.survey.FORK_AFTER])
+def test_the_survey_is_the_same_on_any_number_of_workers_cut_short_or_not(max_states, fork_after,
+                                                                           monkeypatch) -> None:
     """Blocks are folded in block order and cut at the same block, so the
-    figures of a capped survey do not depend on the workers either."""
+    figures of a capped survey do not depend on the workers either (nor on
+    when this process handed the rest of the family to them)."""
+    monkeypatch.setattr(model.survey, "FORK_AFTER", fork_after)
     w = five_requests()
     one = survey(w, 2, max_states=max_states)
     assert one.complete == (max_states == 10**6)
@@ -306,6 +311,17 @@ def test_the_survey_is_the_same_on_any_number_of_workers_cut_short_or_not(max_st
         assert figures(other) == figures(one)
         assert (other.depth, other.explored, other.collision_probability) == (
             one.depth, one.explored, one.collision_probability)
+
+
+def test_a_family_done_before_fork_after_starts_no_process(monkeypatch) -> None:
+    def no_workers(*args):
+        raise AssertionError("workers started")
+    monkeypatch.setattr(model.survey, "_surveyed_in_parallel", no_workers)
+    monkeypatch.setattr(model.survey, "FORK_AFTER", 3600.0)
+    assert survey(five_requests(), 1, workers=2).complete
+    monkeypatch.setattr(model.survey, "FORK_AFTER", 0.0)
+    with pytest.raises(AssertionError, match="workers started"):
+        survey(five_requests(), 1, workers=2)
 
 
 def test_a_five_request_family_with_spread_3_and_stop_choices_is_explored_completely() -> None:

@@ -43,14 +43,19 @@ def test_a_parallel_exploration_stops_cleanly_and_leaves_no_worker(tmp_path) -> 
                              "--workers", "2", "--max-states", "1000000000"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
-    line = ""
-    while not line.startswith("["):   # the first progress line: the workers are busy
-        line = proc.stderr.readline()
-        assert line, "the run ended before its first progress line"
-    workers = children(proc.pid)
-    assert len(workers) == 2
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        line = ""
+        while not line.startswith("["):   # the first progress line: the workers are busy
+            line = proc.stderr.readline()
+            assert line, "the run ended before its first progress line"
+        workers = children(proc.pid)
+        assert len(workers) == 2
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:   # a failed check: end the run and its workers
+            proc.terminate()
+            proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert "Traceback" not in err and "interrupted (SIGINT)" in err
     time.sleep(0.5)
