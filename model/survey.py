@@ -43,7 +43,8 @@ from model.liveness import Lasso, Liveness, analyse
 from model.workload import Workload
 
 BLOCKS = 1024   # a family is folded in at most this many blocks
-FORK_AFTER = 0.01   # seconds a survey runs on its own process before it starts workers
+FORK_AFTER = 0.01   # seconds a survey runs on its own process before it starts workers ...
+FORK_WORTH = 0.05   # ... if what is left is expected to take longer than this (seconds)
 SHIELDED = {signal.SIGINT, signal.SIGTERM}   # signals a worker leaves to the parent
 
 
@@ -170,20 +171,28 @@ def _surveyed(family: Family, blocks: list[range], workers: int, folded: Fold, t
               progress: Callable[[int, int], None] | None) -> Iterator[tuple[int, Fold]]:
     """Every block's fold, numbered, for `_fold_in_order` to fold into `folded`:
     explored on this process in block order and, once that has taken
-    FORK_AFTER seconds with blocks left, the rest (the unfinished block again)
-    on `workers` processes if more than one, which start from this process's
-    graph (so a small family never waits for processes to start).
+    FORK_AFTER seconds with blocks left that are expected (from the variants
+    done so far) to take longer than FORK_WORTH, the rest (the unfinished block
+    again) on `workers` processes if more than one, which start from this
+    process's graph (so a small family never waits for processes to start).
     `progress(states, variants left)` now and then."""
     def within(n: int, taken: int) -> None:
         if progress:
             progress(folded.states + n, total - folded.taken - taken)
     graph = FutureGraph()
-    until = time.perf_counter() + FORK_AFTER if workers > 1 and len(blocks) > 1 else None
-    for b, bases in enumerate(blocks):
-        found = survey_block(bases, family, graph, within, until if len(blocks) - b > 1 else None)
+    start = time.perf_counter()
+    until = start + FORK_AFTER if workers > 1 and len(blocks) > 1 else None
+    b = 0
+    while b < len(blocks):
+        found = survey_block(blocks[b], family, graph, within, until if len(blocks) - b > 1 else None)
         if found is None:
+            spent = time.perf_counter() - start
+            if folded.taken and spent * (total - folded.taken) / folded.taken < FORK_WORTH:
+                until = None   # what is left is expected to take less than starting workers saves: finish here
+                continue
             break
         yield b, found
+        b += 1
     else:
         return
     states, taken = folded.states, folded.taken   # of the blocks before b, all folded by now
