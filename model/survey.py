@@ -45,6 +45,7 @@ from model.workload import Workload
 BLOCKS = 1024   # a family is folded in at most this many blocks
 FORK_AFTER = 0.01   # seconds a survey runs on its own process before it starts workers ...
 FORK_WORTH = 0.05   # ... if what is left is expected to take longer than this (seconds)
+SEND_EVERY = 0.05   # seconds between a worker's messages (blocks are often tiny: the parent folds lists)
 SHIELDED = {signal.SIGINT, signal.SIGTERM}   # signals a worker leaves to the parent
 
 
@@ -267,8 +268,8 @@ def _surveyed_in_parallel(family: Family, blocks: list[range], first: int, worke
     """The folds of blocks `first`.. on, numbered, as the worker processes
     finish them (until the consumer stops asking: then the workers are
     ended). Each worker starts from a copy of `graph`. `report(states,
-    variants)` of these blocks, those under way included, after each block
-    and every second."""
+    variants)` of these blocks, those under way included, after each message
+    and every second. A worker's failure is raised here (RuntimeError)."""
     ctx = multiprocessing.get_context("fork")   # the workers inherit the family: only folds cross the pipes
     claims, results = Claims(len(blocks) - first, ctx), ctx.Queue()
     under_way = ctx.RawArray("q", 2 * workers)   # per worker: states and variants of its current block so far
@@ -284,19 +285,18 @@ def _surveyed_in_parallel(family: Family, blocks: list[range], first: int, worke
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
         while ended < workers:
             try:
-                b, found = results.get(timeout=1.0)
+                what, found = results.get(timeout=1.0)
             except queue.Empty:
                 dead = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
                 if dead:
                     raise RuntimeError(f"a survey worker ended with exit code {dead[0]}") from None
             else:
-                if b is not None:
-                    came_states, came_variants = came_states + found.states, came_variants + found.taken
-                    yield b, found
-                elif found is not None:
+                if what == "failed":
                     raise RuntimeError(f"a survey worker failed:\n{found}")
-                else:
-                    ended += 1
+                ended += what == "ended"
+                for b, block in found:
+                    came_states, came_variants = came_states + block.states, came_variants + block.taken
+                    yield b, block
             report(came_states + sum(under_way[0::2]), came_variants + sum(under_way[1::2]))
     finally:
         started = [p for p in processes if p.pid is not None]
@@ -308,9 +308,10 @@ def _surveyed_in_parallel(family: Family, blocks: list[range], first: int, worke
 
 def _work(k: int, workers: int, family: Family, blocks: list[range], first: int, graph: FutureGraph,
           claims: Claims, results: multiprocessing.Queue, under_way: Any) -> None:
-    """Worker k: claims blocks and sends back their folds (numbered from
-    `first`), then (None, None), or (None, the traceback) if it fails; keeps its
-    block's progress in `under_way`. Ctrl-C is left to the parent, which ends
+    """Worker k: claims blocks and sends back their folds, numbered from
+    `first`: ("blocks", a list of them) every SEND_EVERY seconds, ("ended",
+    the last ones) when no block is left, or ("failed", the traceback); keeps
+    its block's progress in `under_way`. Ctrl-C is left to the parent, which ends
     the workers; SIGTERM ends a worker quietly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -320,16 +321,20 @@ def _work(k: int, workers: int, family: Family, blocks: list[range], first: int,
         under_way[2 * k], under_way[2 * k + 1] = states, variants
     try:
         position, direction = claims.start(k, workers)
+        done: list[tuple[int, Fold]] = []
+        sent = time.perf_counter()
         while True:
             b, position, direction = claims.next(position, direction)
             if b is None:
                 break
-            found = survey_block(blocks[b], family, graph, within)
+            done.append((first + b, survey_block(blocks[b], family, graph, within)))
             within(0, 0)
-            results.put((first + b, found))
-        results.put((None, None))
+            if time.perf_counter() - sent > SEND_EVERY:
+                results.put(("blocks", done))
+                done, sent = [], time.perf_counter()
+        results.put(("ended", done))
     except Exception:
-        results.put((None, traceback.format_exc()))
+        results.put(("failed", traceback.format_exc()))
 
 
 class Fold:

@@ -324,6 +324,19 @@ def test_a_family_done_before_fork_after_starts_no_process(monkeypatch) -> None:
         survey(five_requests(), 1, workers=2)
 
 
+def test_a_failing_worker_fails_the_survey_with_its_traceback(monkeypatch) -> None:
+    parent, original = os.getpid(), model.survey.survey_block
+
+    def broken(bases, *args):
+        if os.getpid() != parent and bases.start > 5:
+            raise ValueError("broken block")
+        return original(bases, *args)
+    monkeypatch.setattr(model.survey, "survey_block", broken)
+    monkeypatch.setattr(model.survey, "FORK_AFTER", 0.0)
+    with pytest.raises(RuntimeError, match="(?s)a survey worker failed.*ValueError: broken block"):
+        survey(five_requests(), 2, workers=2)
+
+
 def test_a_five_request_family_with_spread_3_and_stop_choices_is_explored_completely() -> None:
     """1,024 variants (arrivals shifted by 0..3) with stop tokens branching: every
     state drains under guarded; a change in semantics shows as a changed count."""
