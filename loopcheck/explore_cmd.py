@@ -53,28 +53,29 @@ def argv_of(args: argparse.Namespace) -> list[str]:
 
 
 class Progress:
-    """A progress line on stderr about every TICK seconds: states, states/s, queue,
-    peak memory."""
+    """A progress line on stderr about every TICK seconds: states, states/s, what
+    is left (`left`: what the second number counts), peak memory."""
 
     TICK = 2.0
 
-    def __init__(self) -> None:
+    def __init__(self, left: str) -> None:
         self.start = self.last = time.perf_counter()
+        self.left = left
 
-    def __call__(self, states: int, queue: int) -> None:
+    def __call__(self, states: int, left: int) -> None:
         now = time.perf_counter()
         if now - self.last < self.TICK:
             return
         self.last = now
         rate = states / max(now - self.start, 1e-9)
-        print(f"[{now - self.start:6.1f}s] states {states:,}, {rate:,.0f} states/s, queue {queue:,}, "
+        print(f"[{now - self.start:6.1f}s] states {states:,}, {rate:,.0f} states/s, {self.left} {left:,}, "
               f"memory {peak_memory_mb():,.0f} MiB", file=sys.stderr, flush=True)
 
 
 def summary(workload: Workload, args: argparse.Namespace) -> tuple[dict[str, Any], Survey]:
     start = time.perf_counter()
     found = survey(workload, args.spread, not args.no_reduce, args.max_states, args.max_memory_mb, args.workers,
-                   progress=Progress(), merge=args.merge)
+                   progress=Progress("queue" if args.merge else "variants left"), merge=args.merge)
     live = found.liveness
     seconds = time.perf_counter() - start
     figures = {
