@@ -33,15 +33,14 @@ class ReqState:
     def evolve(self, **changes: object) -> ReqState:
         """A copy with some fields changed: `dataclasses.replace` without its
         per-call introspection (the model makes several per step)."""
-        unknown = changes.keys() - _REQ_FIELDS
-        if unknown:
-            raise TypeError(f"ReqState has no field {sorted(unknown)[0]!r}")
-        values = dict(self.__dict__)
+        if not _REQ_FIELDS.issuperset(changes):
+            raise TypeError(f"ReqState has no field {sorted(changes.keys() - _REQ_FIELDS)[0]!r}")
+        new = object.__new__(ReqState)
+        values = new.__dict__
+        values.update(self.__dict__)
         values.pop("_code", None)
         values.pop("_hash", None)
         values.update(changes)
-        new = object.__new__(ReqState)
-        new.__dict__.update(values)
         return new
 
     def __hash__(self) -> int:

@@ -10,7 +10,7 @@ from model import reference
 from model.invariants import state_violations, step_violations
 from model.reference import step
 from model.simulate import WorkloadEnv
-from model.state import FINISHED, initial_state
+from model.state import FINISHED, ReqState, initial_state
 from model.workload import InputSchedule
 from sut.model_sut import ModelSUT
 
@@ -85,3 +85,14 @@ def test_the_model_sut_kv_check_sees_what_the_full_check_sees(monkeypatch, bug, 
         sut.step()
         full = [e for e in state_violations(sut.state, w.config) if "after drain" not in e]
         assert bool(sut.observe().kv_errors) == bool(full), full
+
+
+def test_evolve_copies_a_request_record_with_fields_changed() -> None:
+    r = ReqState(status="running", frontier=4, pages=(None, 7))
+    hash(r)   # caches its code and hash, which the copy must not keep
+    moved = r.evolve(frontier=6, generated=1)
+    assert moved == ReqState(status="running", frontier=6, generated=1, pages=(None, 7))
+    assert hash(moved) == hash(ReqState(status="running", frontier=6, generated=1, pages=(None, 7)))
+    assert r.frontier == 4 and r.evolve() == r and r.evolve() is not r
+    with pytest.raises(TypeError, match="no field 'frontiers'"):
+        r.evolve(frontiers=6)
