@@ -47,6 +47,7 @@ FORK_AFTER = 0.01   # seconds a survey runs on its own process before it starts 
 FORK_WORTH = 0.05   # ... if what is left is expected to take longer than this (seconds)
 SEND_EVERY = 0.05   # seconds between a worker's messages (blocks are often tiny: the parent folds lists)
 SHIELDED = {signal.SIGINT, signal.SIGTERM}   # signals a worker leaves to the parent
+now = time.perf_counter   # the clock FORK_AFTER is read on (tests set their own)
 
 
 @dataclass
@@ -116,8 +117,8 @@ def survey_block(bases: range, family: Family, graph: FutureGraph,
     stops (`Fold.stopped`) at its first incomplete variant, or once its states
     pass the state cap or the process the memory cap. `progress(states,
     variants)` now and then, with the block's states so far (within a variant
-    too) and its variants done. None: `time.perf_counter()` passed `until`
-    between two variants (the block is left unfinished)."""
+    too) and its variants done. None: `now()` passed `until` between two
+    variants (the block is left unfinished)."""
     workload, spread, reduce, caps = family
     fold = Fold()
 
@@ -133,7 +134,7 @@ def survey_block(bases: range, family: Family, graph: FutureGraph,
             base = part
         fold.merge(Fold.of(part))
         within(0, 0)
-        if until is not None and time.perf_counter() > until:
+        if until is not None and now() > until:
             return None
         if not part.complete or fold.states > caps.max_states or caps.memory_exceeded():
             fold.stopped = True
@@ -147,8 +148,8 @@ def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states:
     """Explore and analyse every variant (on `workers` fork processes when more
     than one), folded block by block in block order; cut short at the first
     block that stops (`survey_block`), past `max_states` states in all, or past
-    the memory cap. `progress(states, queue)` now and then: states explored,
-    variants left (with one worker, also within a variant). Variants are built
+    the memory cap. `progress(states, variants left)` now and then (states so
+    far, those of blocks under way included). Variants are built
     where they are explored, and their figures folded as they come, so memory
     does not grow with the family's size. With `merge` the family is one graph
     (`Exploration.merge`), explored and analysed on this process."""
@@ -181,13 +182,13 @@ def _surveyed(family: Family, blocks: list[range], workers: int, folded: Fold, t
         if progress:
             progress(folded.states + n, total - folded.taken - taken)
     graph = FutureGraph()
-    start = time.perf_counter()
+    start = now()
     until = start + FORK_AFTER if workers > 1 and len(blocks) > 1 else None
     b = 0
     while b < len(blocks):
         found = survey_block(blocks[b], family, graph, within, until if len(blocks) - b > 1 else None)
         if found is None:
-            spent = time.perf_counter() - start
+            spent = now() - start
             if folded.taken and spent * (total - folded.taken) / folded.taken < FORK_WORTH:
                 until = None   # what is left is expected to take less than starting workers saves: finish here
                 continue

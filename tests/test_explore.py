@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -268,11 +270,10 @@ def test_blocks_cover_the_family_once_with_translations_next_to_their_bases() ->
                                                                  strict=True)) == 0
 
 
-def test_claims_hand_out_every_block_once_in_runs(monkeypatch) -> None:
+def test_claims_hand_out_every_block_once_in_runs() -> None:
     """Workers pair up, walking towards each other; a worker whose next block is
     taken moves to the middle of the longest untaken run; every block goes
     to exactly one worker, and each worker's blocks form few runs."""
-    import multiprocessing
     for count, workers in ((10, 2), (37, 3), (64, 4), (3, 5)):
         claims = Claims(count, multiprocessing.get_context("fork"))
         walkers = [list(claims.start(k, workers)) for k in range(workers)]
@@ -313,15 +314,25 @@ def test_the_survey_is_the_same_on_any_number_of_workers_cut_short_or_not(max_st
             one.depth, one.explored, one.collision_probability)
 
 
-def test_a_family_done_before_fork_after_starts_no_process(monkeypatch) -> None:
+def test_workers_start_only_when_the_family_is_not_done_soon(monkeypatch) -> None:
+    """Not before FORK_AFTER, and then only if the variants done so far say
+    that what is left takes longer than FORK_WORTH (on a clock that ticks 1 ms
+    per reading, 2.5 ms pass in the second block, which is then done again on
+    this process or by the workers)."""
     def no_workers(*args):
         raise AssertionError("workers started")
     monkeypatch.setattr(model.survey, "_surveyed_in_parallel", no_workers)
-    monkeypatch.setattr(model.survey, "FORK_AFTER", 3600.0)
-    assert survey(five_requests(), 1, workers=2).complete
-    monkeypatch.setattr(model.survey, "FORK_AFTER", 0.0)
-    with pytest.raises(AssertionError, match="workers started"):
-        survey(five_requests(), 1, workers=2)
+    for fork_after, fork_worth, forks in ((3600.0, 0.0, False), (0.0025, 3600.0, False), (0.0025, 0.0, True),
+                                          (0.0, 3600.0, True)):   # nothing done yet: no estimate, so workers
+        clock = itertools.count(0, 0.001)
+        monkeypatch.setattr(model.survey, "now", lambda: next(clock))   # noqa: B023 (read in this iteration)
+        monkeypatch.setattr(model.survey, "FORK_AFTER", fork_after)
+        monkeypatch.setattr(model.survey, "FORK_WORTH", fork_worth)
+        if forks:
+            with pytest.raises(AssertionError, match="workers started"):
+                survey(five_requests(), 1, workers=2)
+        else:
+            assert survey(five_requests(), 1, workers=2).complete
 
 
 def test_a_failing_worker_fails_the_survey_with_its_traceback(monkeypatch) -> None:
