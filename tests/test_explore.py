@@ -335,16 +335,22 @@ def test_workers_start_only_when_the_family_is_not_done_soon(monkeypatch) -> Non
             assert survey(five_requests(), 1, workers=2).complete
 
 
-def test_a_failing_worker_fails_the_survey_with_its_traceback(monkeypatch) -> None:
+@pytest.mark.parametrize("how, error", [("raise", "(?s)a survey worker failed.*ValueError: broken block"),
+                                         ("exit", "a survey worker ended with exit code 3")])
+def test_a_failing_worker_fails_the_survey(how, error, monkeypatch) -> None:
+    """A worker's exception comes back with its traceback; a worker that dies
+    without a word (killed, out of memory) is noticed by its exit code."""
     parent, original = os.getpid(), model.survey.survey_block
 
     def broken(bases, *args):
         if os.getpid() != parent and bases.start > 5:
+            if how == "exit":
+                os._exit(3)
             raise ValueError("broken block")
         return original(bases, *args)
     monkeypatch.setattr(model.survey, "survey_block", broken)
     monkeypatch.setattr(model.survey, "FORK_AFTER", 0.0)
-    with pytest.raises(RuntimeError, match="(?s)a survey worker failed.*ValueError: broken block"):
+    with pytest.raises(RuntimeError, match=error):
         survey(five_requests(), 2, workers=2)
 
 
