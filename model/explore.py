@@ -139,7 +139,7 @@ class FutureGraph:
     counter, t + 1 capped at the asking variant's horizon), events and stop
     choices. Past the horizon nothing is to come. Nodes are told apart by a
     stable 64-bit fingerprint, so two different futures merge only on a
-    collision (`pairs`: the pairs of nodes that could have collided). `restart`
+    collision (`pairs`: the pairs of nodes in the table now). `restart`
     forgets every node; callers restart between variants past LIMIT nodes,
     which changes no result.
 
@@ -155,12 +155,12 @@ class FutureGraph:
         self.kinds: dict[tuple, int] = {}
         self.timeless: dict[RequestSpec, int] = {}        # a request -> `_timeless`
         self.timeless_ids: dict[RequestSpec, int] = {}    # a request at 0 without abort -> its number
-        self.forgotten_pairs = 0
+        self.restarts = 0
         self._empty()
 
     def restart(self) -> None:
-        """Forget every node (the pairs they made stay counted)."""
-        self.forgotten_pairs = self.pairs()
+        """Forget every node."""
+        self.restarts += 1
         self._empty()
 
     def _empty(self) -> None:
@@ -175,8 +175,8 @@ class FutureGraph:
         return len(self.adjacent)
 
     def pairs(self) -> int:
-        """Pairs of nodes, since the graph was made, that shared a fingerprint table."""
-        return self.forgotten_pairs + self.nodes * (self.nodes - 1) // 2
+        """Pairs of nodes in the fingerprint table now."""
+        return self.nodes * (self.nodes - 1) // 2
 
     def kind(self, w: Workload, reduce: bool) -> int:
         """A number for what decides w's steps besides the state and what is to
@@ -339,7 +339,7 @@ class Exploration:
         if not self.merge and graph.nodes > graph.LIMIT:
             graph.restart()
         horizon, kind = horizon_of(w), graph.kind(w, self.reduce)
-        pairs = graph.pairs()
+        pairs = graph.pairs()   # (with merge the graph never restarts: the pairs this variant adds are exact)
         looked = 1     # the root and every successor looked up: at least the nodes this variant made
         root_state = canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, self.reduce)
         root_node = graph.node(root_state, w, kind, horizon)
