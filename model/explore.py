@@ -55,7 +55,7 @@ class _ChoiceEnv:
         self.asked: list[tuple[str, int]] = []
 
     def aborts(self, t: int) -> frozenset[str]:
-        return frozenset(r.rid for r in self.workload.requests if r.abort_at == t)
+        return self.workload.aborts_by_step.get(t, frozenset())
 
     def outcome(self, rid: str, index: int) -> TokenOutcome:
         self.asked.append((rid, index))
@@ -134,7 +134,7 @@ class FutureGraph:
     A step depends on the state without its step counter t, on the config, on
     the requests with arrivals and aborts reduced to the orders the arrivals
     give (`kind`), and on what is still to come: each pending request's
-    arrival and each abort not yet due, relative to t (`to_come`). A node is
+    arrival and each abort not yet due, relative to t (`Timing.to_come`). A node is
     all of that: the states of a node have the same successors (up to the step
     counter, t + 1 capped at the asking variant's horizon), events and stop
     choices. Past the horizon nothing is to come. Nodes are told apart by a
@@ -178,17 +178,20 @@ class FutureGraph:
         """Pairs of nodes in the fingerprint table now."""
         return self.nodes * (self.nodes - 1) // 2
 
-    def kind(self, w: Workload, reduce: bool) -> int:
-        """A number for what decides w's steps besides the state and what is to
-        come: config, requests but their arrivals and aborts, and the orders the
-        arrivals give (priority order; with aborts, arrival order, which orders
-        the aborts of a step)."""
+    def timing(self, w: Workload, reduce: bool) -> Timing:
+        """What w's nodes are keyed by besides their states: a number for what
+        decides w's steps besides the state and what is to come (its kind:
+        config, requests but their arrivals and aborts, and the orders the
+        arrivals give: priority order; with aborts, arrival order, which orders
+        the aborts of a step), and w's arrivals and aborts."""
         indices = range(len(w.requests))
         order = tuple(sorted(indices, key=lambda i: w.requests[i].key))
         aborts = any(r.abort_at is not None for r in w.requests)
         arrivals = tuple(sorted(indices, key=lambda i: (w.requests[i].arrival, i))) if aborts else ()
         specs = tuple(self._timeless(r) for r in w.requests)
-        return self.kinds.setdefault((w.config, specs, order, arrivals, reduce), len(self.kinds))
+        kind = self.kinds.setdefault((w.config, specs, order, arrivals, reduce), len(self.kinds))
+        return Timing(w, kind, horizon_of(w), tuple(r.arrival for r in w.requests),
+                      tuple(r.abort_at for r in w.requests))
 
     def _timeless(self, r: RequestSpec) -> int:
         """A number for r but its arrival and abort."""
@@ -198,12 +201,13 @@ class FutureGraph:
                                                                      len(self.timeless_ids))
         return found
 
-    def node(self, state: SchedState, w: Workload, kind: int, horizon: int, content: int | None = None) -> int:
-        """The node of a (`canonical`) state of w (`kind`: `self.kind(w, reduce)`;
-        `content`: the state's `content_fingerprint` when known)."""
+    def node(self, state: SchedState, t: int, timing: Timing, content: int | None = None) -> int:
+        """The node of a (`canonical`) state of `timing`'s workload at step t (the
+        state's own step counter is not read); `content`: the state's
+        `content_fingerprint` when known."""
         if content is None:
             content = state.content_fingerprint()
-        future = hash((kind, to_come(w, state) if state.step < horizon else (), content))
+        future = hash((timing.kind, timing.to_come(t, state.reqs), content))
         n = self.ids.get(future)
         if n is None:
             n = self.ids[future] = len(self.adjacent)
@@ -212,38 +216,54 @@ class FutureGraph:
             self.drained.append(all(r.status == FINISHED for r in state.reqs))
         return n
 
-    def successors(self, n: int, t: int, w: Workload, kind: int, horizon: int,
-                   reduce: bool) -> tuple[tuple[int, int, int], ...]:
-        """Node n's successor nodes for a state of it at step t of w, each once, in
-        `successors` order of first appearance, with the index of the last stop
-        choice leading there and the preemptions of that step."""
+    def successors(self, n: int, t: int, timing: Timing, reduce: bool) -> tuple[tuple[int, int, int], ...]:
+        """Node n's successor nodes for a state of it at step t of `timing`'s
+        workload, each once, in `successors` order of first appearance, with the
+        index of the last stop choice leading there and the preemptions of that
+        step."""
         found = self.adjacent[n]
         if found is None:
             some = self.unexpanded.pop(n)
-            state = SchedState(t, some.reqs, some.free, some.cache, some.guard)
-            due = tuple(x == 0 for x in to_come(w, state)) if t < horizon else ()
-            key = (kind, due, state.reqs, state.free, state.cache, state.guard)
+            key = (timing.kind, timing.due(t, some.reqs), some.reqs, some.free, some.cache, some.guard)
             steps = self.stepped.get(key)
             if steps is None:
+                state = SchedState(t, some.reqs, some.free, some.cache, some.guard)
                 steps = self.stepped[key] = [
                     (nxt, nxt.content_fingerprint(), c, sum(e.kind == "preempt" for e in events))
-                    for c, (nxt, events, _) in enumerate(canonical_successors(state, w, horizon, reduce))]
-            after = min(t + 1, horizon)
+                    for c, (nxt, events, _) in enumerate(canonical_successors(state, timing.workload,
+                                                                              timing.horizon, reduce))]
+            after = min(t + 1, timing.horizon)
             out: dict[int, tuple[int, int]] = {}
             for nxt, content, c, preempted in steps:
-                if nxt.step != after:
-                    nxt = SchedState(after, nxt.reqs, nxt.free, nxt.cache, nxt.guard)
-                out[self.node(nxt, w, kind, horizon, content)] = (c, preempted)
+                out[self.node(nxt, after, timing, content)] = (c, preempted)
             found = self.adjacent[n] = tuple((m, c, p) for m, (c, p) in out.items())
         return found
 
 
-def to_come(w: Workload, state: SchedState) -> tuple[int, ...]:
-    """Per request, steps until its arrival if pending, and until its abort if not
-    yet due (-1: nothing to come)."""
-    t = state.step
-    return tuple(r.arrival - t if s.status == PENDING else -1 for r, s in zip(w.requests, state.reqs, strict=True)) \
-        + tuple(-1 if r.abort_at is None or r.abort_at < t else r.abort_at - t for r in w.requests)
+@dataclass(frozen=True)
+class Timing:
+    """A variant as its nodes are keyed (`FutureGraph.timing`): its kind, and
+    per request its arrival and abort step (None: none), read for what is to
+    come."""
+
+    workload: Workload
+    kind: int
+    horizon: int
+    arrivals: tuple[int, ...]
+    aborts: tuple[int | None, ...]
+
+    def to_come(self, t: int, reqs: tuple[ReqState, ...]) -> tuple[int, ...]:
+        """Per request, steps from t until its arrival if pending, and until its
+        abort if not yet due (-1: nothing to come); nothing past the horizon."""
+        if t >= self.horizon:
+            return ()
+        return tuple(a - t if s.status == PENDING else -1 for a, s in zip(self.arrivals, reqs, strict=True)) \
+            + tuple(-1 if a is None or a < t else a - t for a in self.aborts)
+
+    def due(self, t: int, reqs: tuple[ReqState, ...]) -> tuple[bool, ...]:
+        """Of what is to come at step t, what is due now (arrivals and aborts at
+        t): all the step itself reads of it."""
+        return tuple(x == 0 for x in self.to_come(t, reqs))
 
 
 def canonical_successors(state: SchedState, w: Workload, horizon: int,
@@ -293,7 +313,7 @@ class Exploration:
 
     With `merge`, a state is one node with every state of the family (of any
     variant, at any step) that agrees with it on everything but the step counter
-    and on what is still to come (`to_come`), i.e. has the same futures; a state
+    and on what is still to come (`Timing.to_come`), i.e. has the same futures; a state
     keeps the number its first finder gave it, so an edge may lead into an
     earlier variant's range.
     """
@@ -338,11 +358,12 @@ class Exploration:
         without `merge`, a graph past its LIMIT is restarted first."""
         if not self.merge and graph.nodes > graph.LIMIT:
             graph.restart()
-        horizon, kind = horizon_of(w), graph.kind(w, self.reduce)
+        timing = graph.timing(w, self.reduce)
+        horizon = timing.horizon
         pairs = graph.pairs()   # (with merge the graph never restarts: the pairs this variant adds are exact)
         looked = 1     # the root and every successor looked up: at least the nodes this variant made
         root_state = canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, self.reduce)
-        root_node = graph.node(root_state, w, kind, horizon)
+        root_node = graph.node(root_state, root_state.step, timing)
         parent, depth, drained = self.parent, self.depth, self.drained
         target, choice, preemptions, edge_start = self.target, self.choice, self.preemptions, self.edge_start
         adjacent, drained_node = graph.adjacent, graph.drained     # (a restart replaces them, never mid-variant)
@@ -365,7 +386,7 @@ class Exploration:
             below = depth[i] + 1
             following = adjacent[n]
             if following is None:
-                following = graph.successors(n, t, w, kind, horizon, self.reduce)
+                following = graph.successors(n, t, timing, self.reduce)
             looked += len(following)
             for m, c, preempted in following:
                 key = m if self.merge else m * span + step

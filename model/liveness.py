@@ -132,6 +132,12 @@ def analyse(ex: Exploration) -> Liveness:
     stop choices are consistent, states that can reach a drained one, and, when
     the graph is complete and acyclic but for drained self-loops, the longest
     drain in steps and in preemptions."""
+    forward = _forward_figures(ex)
+    return forward if forward is not None else _component_figures(ex)
+
+
+def _component_figures(ex: Exploration) -> Liveness:
+    """`analyse` on any graph, over its strongly connected components."""
     replay = Replay(ex)
     lasso, sccs, unrealisable = None, 0, 0
     comps = components(ex)
@@ -156,6 +162,33 @@ def analyse(ex: Exploration) -> Liveness:
     if sccs == 0 and ex.complete and acyclic:
         worst_steps, worst_pre = _longest_drains(ex, comps)
     return Liveness(lasso is not None, lasso, sccs, unrealisable, sum(can_drain), worst_steps, worst_pre)
+
+
+def _forward_figures(ex: Exploration) -> Liveness | None:
+    """`analyse`'s figures in one backward pass when every edge leads to a
+    later-numbered state or is a drained state's self-loop (most explored
+    graphs: numbering is then a topological order, every component is a single
+    state and no cycle is a non-progress one); None when some edge does not."""
+    size = ex.states
+    start, target, drained, preemptions = ex.edge_start, ex.target, ex.drained, ex.preemptions
+    can_drain = bytearray(size)
+    steps = [0] * size
+    pre = [0] * size
+    for n in range(size - 1, -1, -1):
+        reaches = drained[n]
+        most_steps = most_pre = 0
+        for e in range(start[n], start[n + 1]):
+            m = target[e]
+            if m <= n:
+                if m < n or not drained[n]:
+                    return None
+                continue
+            reaches = reaches or can_drain[m]
+            most_steps = max(most_steps, 1 + steps[m])
+            most_pre = max(most_pre, preemptions[e] + pre[m])
+        can_drain[n], steps[n], pre[n] = reaches, most_steps, most_pre
+    worst_steps, worst_pre = (max(steps, default=0), max(pre, default=0)) if ex.complete else (None, None)
+    return Liveness(False, None, 0, 0, sum(can_drain), worst_steps, worst_pre)
 
 
 def _realisable_lasso(ex: Exploration, replay: Replay, comp: list[int]) -> Lasso | None:

@@ -131,6 +131,7 @@ class _Step:
         self.env = env
         self.cfg = env.workload.config
         self.specs = env.workload.requests
+        self.planes = self.cfg.planes   # blocks per page
         self.reqs = list(state.reqs)
         self.free = state.free
         self.cache = dict(state.cache)  # insertion order is eviction order
@@ -157,10 +158,6 @@ class _Step:
         self.blocked_known = 0             # skip groups folded into blocked_from so far
 
     # ----- pool -----------------------------------------------------------------
-    @property
-    def planes(self) -> int:
-        return self.cfg.planes
-
     def free_count(self) -> int:
         return self.free + self.planes * self.cache_only
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,10 @@ class RequestSpec:
         any abort is the submitter's own later input."""
         return self if self.arrival == step and self.abort_at is None else replace(self, arrival=step, abort_at=None)
 
-    @property
+    @cached_property
     def key(self) -> tuple[int, int, str]:
-        """Priority order: smaller key is more urgent."""
+        """Priority order: smaller key is more urgent (computed once: schedulers
+        compare keys many times per step)."""
         return (self.priority, self.arrival, self.rid)
 
     def to_json(self) -> dict[str, Any]:
@@ -145,10 +147,24 @@ class Workload:
             seen.add(req.rid)
 
     def by_id(self, rid: str) -> RequestSpec:
+        """The request with this id (KeyError: none)."""
+        try:
+            return self._by_id[rid]
+        except KeyError:
+            raise KeyError(rid) from None
+
+    @cached_property
+    def _by_id(self) -> dict[str, RequestSpec]:
+        return {req.rid: req for req in self.requests}
+
+    @cached_property
+    def aborts_by_step(self) -> dict[int, frozenset[str]]:
+        """Per step that aborts any request, the ids of those it aborts."""
+        steps: dict[int, set[str]] = {}
         for req in self.requests:
-            if req.rid == rid:
-                return req
-        raise KeyError(rid)
+            if req.abort_at is not None:
+                steps.setdefault(req.abort_at, set()).add(req.rid)
+        return {t: frozenset(rids) for t, rids in steps.items()}
 
     def to_json(self) -> dict[str, Any]:
         out = {"schema": SCHEMA, "config": self.config.to_json(),

@@ -33,7 +33,7 @@ from model.explore import (
     variant,
 )
 from model.lasso_export import lasso_workload
-from model.liveness import analyse
+from model.liveness import _component_figures, _forward_figures, analyse
 from model.survey import Claims, Fold, block_variants, plan, survey
 from model.workload import Workload, load_workload
 from sut.simulate import simulate_engine, simulate_model
@@ -179,6 +179,32 @@ def test_unguarded_example_has_a_lasso_and_guarded_drains_within_the_preemption_
     good = analyse(ex)
     assert ex.complete and not good.livelock and good.can_drain == ex.states
     assert good.worst_preemptions <= preemption_bound(good_w)
+
+
+def test_the_one_pass_figures_equal_the_figures_over_components() -> None:
+    """Where every edge leads to a later state or is a drained self-loop, the
+    one backward pass gives what the analysis over strongly connected
+    components gives (complete graphs or not); where some edge does not, it
+    gives nothing. Both kinds of graph occur among random and pinned variants."""
+    drawn = draw_workloads(workloads(max_requests=5, max_prompt=4, max_tokens=3, max_arrival=3), seed=5, count=30)
+    pinned = [five_requests(), small_b(), small_b("unguarded"), aborted_b(),
+              load_workload(EXAMPLES / "livelock_min.json").with_config(preemption_policy="unguarded")]
+    forward = other = incomplete = 0
+    for w in drawn + pinned:
+        graph = FutureGraph()
+        for v in range(family_size(w, 1)):
+            for cap in (10**5, 12):
+                ex = explore_variant(v, variant(w, 1, v), True, Caps(cap), graph)
+                one_pass = _forward_figures(ex)
+                if one_pass is None:
+                    other += 1
+                    assert any(ex.target[e] < i or (ex.target[e] == i and not ex.drained[i])
+                               for i in range(ex.states) for e in ex.edges(i))
+                else:
+                    forward += 1
+                    incomplete += not ex.complete
+                    assert one_pass == _component_figures(ex)
+    assert forward >= 200 and other >= 20 and incomplete >= 20
 
 
 def test_the_preemption_bound_is_reached() -> None:

@@ -59,3 +59,14 @@ def test_unreadable_and_malformed_files(tmp_path) -> None:
     bad.write_text("{ not json")
     with pytest.raises(WorkloadError, match="not valid JSON"):
         load_workload(bad)
+
+
+def test_lookups_by_id_and_by_abort_step() -> None:
+    """`by_id` finds each request (KeyError naming the id otherwise);
+    `aborts_by_step` lists every abort under its step, and no other step."""
+    w = workload(req("a", 2, 1), req("b", 2, 1, arrival=1, abort_at=3), req("c", 1, 1, abort_at=5),
+                 req("d", 1, 1, abort_at=3))
+    assert [w.by_id(r).rid for r in "dcba"] == list("dcba")
+    with pytest.raises(KeyError, match="'x'"):
+        w.by_id("x")
+    assert w.aborts_by_step == {3: frozenset({"b", "d"}), 5: frozenset({"c"})}
