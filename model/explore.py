@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 
 from model.events import Event, TokenOutcome
 from model.reference import step
-from model.state import FINISHED, PENDING, ReqState, SchedState, initial_state
+from model.state import FINISHED, ReqState, SchedState, initial_state
 from model.workload import RequestSpec, Workload
 
 PROGRESS_EVERY = 5000   # states between progress reports and memory checks
@@ -97,12 +97,15 @@ def shifted(r: RequestSpec, s: int) -> RequestSpec:
     return replace(r, arrival=r.arrival + s, abort_at=None if r.abort_at is None else r.abort_at + s)
 
 
+FINISHED_RECORD = ReqState(status=FINISHED)   # a finished request, abstracted (`canonical`)
+
+
 def canonical(state: SchedState, horizon: int, reduce: bool) -> SchedState:
     """The node of a state: step capped at the horizon; with `reduce`, finished
     requests (and their futility-guard entries) abstracted away."""
     reqs, guard = state.reqs, state.guard
     if reduce:
-        reqs = tuple(ReqState(status=FINISHED) if r.status == FINISHED else r for r in reqs)
+        reqs = tuple(FINISHED_RECORD if r.status == FINISHED else r for r in reqs)
         guard = frozenset(g for g in guard if reqs[g[0]].status != FINISHED)
     return SchedState(min(state.step, horizon), reqs, state.free, state.cache, guard)
 
@@ -189,9 +192,7 @@ class FutureGraph:
         aborts = any(r.abort_at is not None for r in w.requests)
         arrivals = tuple(sorted(indices, key=lambda i: (w.requests[i].arrival, i))) if aborts else ()
         specs = tuple(self._timeless(r) for r in w.requests)
-        kind = self.kinds.setdefault((w.config, specs, order, arrivals, reduce), len(self.kinds))
-        return Timing(w, kind, horizon_of(w), tuple(r.arrival for r in w.requests),
-                      tuple(r.abort_at for r in w.requests))
+        return Timing(w, self.kinds.setdefault((w.config, specs, order, arrivals, reduce), len(self.kinds)))
 
     def _timeless(self, r: RequestSpec) -> int:
         """A number for r but its arrival and abort."""
@@ -207,7 +208,7 @@ class FutureGraph:
         `content_fingerprint` when known."""
         if content is None:
             content = state.content_fingerprint()
-        future = hash((timing.kind, timing.to_come(t, state.reqs), content))
+        future = hash((timing.kind, timing.at(t)[0], content))
         n = self.ids.get(future)
         if n is None:
             n = self.ids[future] = len(self.adjacent)
@@ -224,7 +225,7 @@ class FutureGraph:
         found = self.adjacent[n]
         if found is None:
             some = self.unexpanded.pop(n)
-            key = (timing.kind, timing.due(t, some.reqs), some.reqs, some.free, some.cache, some.guard)
+            key = (timing.kind, timing.at(t)[1], some.reqs, some.free, some.cache, some.guard)
             steps = self.stepped.get(key)
             if steps is None:
                 state = SchedState(t, some.reqs, some.free, some.cache, some.guard)
@@ -240,30 +241,37 @@ class FutureGraph:
         return found
 
 
-@dataclass(frozen=True)
 class Timing:
     """A variant as its nodes are keyed (`FutureGraph.timing`): its kind, and
-    per request its arrival and abort step (None: none), read for what is to
-    come."""
+    what is to come at each step. In a state the variant reaches at step t the
+    pending requests are exactly those that arrive at t or later (a request
+    arrives in the step of its arrival), so what is to come is a function of t
+    alone, worked out once per step (`at`)."""
 
-    workload: Workload
-    kind: int
-    horizon: int
-    arrivals: tuple[int, ...]
-    aborts: tuple[int | None, ...]
+    def __init__(self, workload: Workload, kind: int) -> None:
+        self.workload = workload
+        self.kind = kind
+        self.horizon = horizon_of(workload)
+        self._at: dict[int, tuple[tuple[int, ...], tuple[bool, ...]]] = {}
 
-    def to_come(self, t: int, reqs: tuple[ReqState, ...]) -> tuple[int, ...]:
-        """Per request, steps from t until its arrival if pending, and until its
-        abort if not yet due (-1: nothing to come); nothing past the horizon."""
+    def to_come(self, t: int) -> tuple[int, ...]:
+        """Per request, steps from t until its arrival if it is still to come, and
+        until its abort if not yet due (-1: nothing to come); nothing past the
+        horizon."""
         if t >= self.horizon:
             return ()
-        return tuple(a - t if s.status == PENDING else -1 for a, s in zip(self.arrivals, reqs, strict=True)) \
-            + tuple(-1 if a is None or a < t else a - t for a in self.aborts)
+        requests = self.workload.requests
+        return tuple(r.arrival - t if r.arrival >= t else -1 for r in requests) \
+            + tuple(-1 if r.abort_at is None or r.abort_at < t else r.abort_at - t for r in requests)
 
-    def due(self, t: int, reqs: tuple[ReqState, ...]) -> tuple[bool, ...]:
-        """Of what is to come at step t, what is due now (arrivals and aborts at
-        t): all the step itself reads of it."""
-        return tuple(x == 0 for x in self.to_come(t, reqs))
+    def at(self, t: int) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+        """At step t: what is to come (`to_come`), and of it what is due now
+        (arrivals and aborts at t: all the step itself reads of it)."""
+        found = self._at.get(t)
+        if found is None:
+            coming = self.to_come(t)
+            found = self._at[t] = (coming, tuple(x == 0 for x in coming))
+        return found
 
 
 def canonical_successors(state: SchedState, w: Workload, horizon: int,

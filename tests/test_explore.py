@@ -72,7 +72,8 @@ def test_the_compact_graph_is_the_models_successor_relation(make, spread) -> Non
     """Replayed from the roots, the numbered states are distinct model states
     within each variant, and each state's edges lead to exactly the states the
     model's steps lead to (so successors shared between variants, and the last
-    token's stop choice left out, lose nothing)."""
+    token's stop choice left out, lose nothing); the pending requests of a
+    state before its horizon are those yet to arrive."""
     assert_the_models_successor_relation(explore(make(), spread=spread))
 
 
@@ -86,6 +87,9 @@ def assert_the_models_successor_relation(ex: Exploration) -> None:
         following = {canonical(nxt, horizon_of(w), True) for nxt, _, _ in successors(state, w, False)}
         assert {states[ex.target[e]] for e in ex.edges(i)} == following
         assert ex.drained[i] == all(r.status == "finished" for r in state.reqs)
+        # what `Timing` keys nodes by: before the horizon, the pending requests are those yet to arrive
+        if state.step < horizon_of(w):
+            assert [r.status == "pending" for r in state.reqs] == [spec.arrival >= state.step for spec in w.requests]
 
 
 def test_shared_futures_are_sound_on_random_workloads() -> None:
