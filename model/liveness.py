@@ -7,6 +7,7 @@ edges in arrays); the states and events of a lasso are recomputed by replay."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from model.events import Event
@@ -160,34 +161,25 @@ def _component_figures(ex: Exploration) -> Liveness:
         acyclic = acyclic and len(comp) == 1
     worst_steps = worst_pre = None
     if sccs == 0 and ex.complete and acyclic:
-        worst_steps, worst_pre = _longest_drains(ex, comps)
+        worst_steps, worst_pre = _longest_drains(ex, (n for (n,) in comps))
     return Liveness(lasso is not None, lasso, sccs, unrealisable, sum(can_drain), worst_steps, worst_pre)
 
 
 def _forward_figures(ex: Exploration) -> Liveness | None:
-    """`analyse`'s figures in one backward pass when every edge leads to a
+    """`analyse`'s figures without components when every edge leads to a
     later-numbered state or is a drained state's self-loop (most explored
     graphs: numbering is then a topological order, every component is a single
     state and no cycle is a non-progress one); None when some edge does not."""
-    size = ex.states
-    start, target, drained, preemptions = ex.edge_start, ex.target, ex.drained, ex.preemptions
-    can_drain = bytearray(size)
-    steps = [0] * size
-    pre = [0] * size
-    for n in range(size - 1, -1, -1):
+    start, target, drained = ex.edge_start, ex.target, ex.drained
+    can_drain = bytearray(ex.states)
+    for n in range(ex.states - 1, -1, -1):
         reaches = drained[n]
-        most_steps = most_pre = 0
-        for e in range(start[n], start[n + 1]):
-            m = target[e]
-            if m <= n:
-                if m < n or not drained[n]:
-                    return None
-                continue
+        for m in target[start[n]:start[n + 1]]:
+            if m < n or (m == n and not drained[n]):
+                return None
             reaches = reaches or can_drain[m]
-            most_steps = max(most_steps, 1 + steps[m])
-            most_pre = max(most_pre, preemptions[e] + pre[m])
-        can_drain[n], steps[n], pre[n] = reaches, most_steps, most_pre
-    worst_steps, worst_pre = (max(steps, default=0), max(pre, default=0)) if ex.complete else (None, None)
+        can_drain[n] = reaches
+    worst_steps, worst_pre = _longest_drains(ex, range(ex.states - 1, -1, -1)) if ex.complete else (None, None)
     return Liveness(False, None, 0, 0, sum(can_drain), worst_steps, worst_pre)
 
 
@@ -204,13 +196,14 @@ def _realisable_lasso(ex: Exploration, replay: Replay, comp: list[int]) -> Lasso
     return None
 
 
-def _longest_drains(ex: Exploration, comps: list[list[int]]) -> tuple[int, int]:
+def _longest_drains(ex: Exploration, order: Iterable[int]) -> tuple[int, int]:
     """Longest path in steps and in preemptions of the graph (acyclic but for
-    drained self-loops), components taken in reverse topological order."""
+    drained self-loops), its states taken in `order`, a reverse topological
+    order."""
     steps = [0] * ex.states
     pre = [0] * ex.states
     start, target, preemptions = ex.edge_start, ex.target, ex.preemptions
-    for (n,) in comps:
+    for n in order:
         most_steps = most_pre = 0
         for e in range(start[n], start[n + 1]):
             m = target[e]

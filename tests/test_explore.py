@@ -185,11 +185,11 @@ def test_unguarded_example_has_a_lasso_and_guarded_drains_within_the_preemption_
     assert good.worst_preemptions <= preemption_bound(good_w)
 
 
-def test_the_one_pass_figures_equal_the_figures_over_components() -> None:
+def test_figures_without_components_equal_the_figures_over_components() -> None:
     """Where every edge leads to a later state or is a drained self-loop, the
-    one backward pass gives what the analysis over strongly connected
-    components gives (complete graphs or not); where some edge does not, it
-    gives nothing. Both kinds of graph occur among random and pinned variants."""
+    figures taken in state order give what the analysis over strongly connected
+    components gives (complete graphs or not); where some edge does not, they
+    are not given. Both kinds of graph occur among random and pinned variants."""
     drawn = draw_workloads(workloads(max_requests=5, max_prompt=4, max_tokens=3, max_arrival=3), seed=5, count=30)
     pinned = [five_requests(), small_b(), small_b("unguarded"), aborted_b(),
               load_workload(EXAMPLES / "livelock_min.json").with_config(preemption_policy="unguarded")]
@@ -199,15 +199,15 @@ def test_the_one_pass_figures_equal_the_figures_over_components() -> None:
         for v in range(family_size(w, 1)):
             for cap in (10**5, 12):
                 ex = explore_variant(v, variant(w, 1, v), True, Caps(cap), graph)
-                one_pass = _forward_figures(ex)
-                if one_pass is None:
+                in_order = _forward_figures(ex)
+                if in_order is None:
                     other += 1
                     assert any(ex.target[e] < i or (ex.target[e] == i and not ex.drained[i])
                                for i in range(ex.states) for e in ex.edges(i))
                 else:
                     forward += 1
                     incomplete += not ex.complete
-                    assert one_pass == _component_figures(ex)
+                    assert in_order == _component_figures(ex)
     assert forward >= 200 and other >= 20 and incomplete >= 20
 
 
