@@ -11,9 +11,10 @@ node is a state but its step counter, with what is still to come (pending
 arrivals and aborts, relative to the step), and its successors are computed
 once for all states of all variants that share it. Nodes are told apart by a
 stable 64-bit fingerprint, as TLC tells states apart: two different nodes
-merge only on a fingerprint collision, with probability about n^2 / 2^65 for n
-nodes (`Exploration.collision_probability`); within a variant, a state is
-exactly its step and node.
+merge only on a fingerprint collision (of the states or of their futures), with
+probability at most about n^2 / 2^64 for n nodes
+(`Exploration.collision_probability`); within a variant, a state is exactly its
+step and node.
 
 Reduction (`reduce`; keeps every verdict and figure, tested): finished
 requests are abstracted to a bare FINISHED record, since they can never
@@ -141,14 +142,17 @@ class FutureGraph:
     all of that: the states of a node have the same successors (up to the step
     counter, t + 1 capped at the asking variant's horizon), events and stop
     choices. Past the horizon nothing is to come. Nodes are told apart by a
-    stable 64-bit fingerprint, so two different futures merge only on a
-    collision (`pairs`: the pairs of nodes in the table now). `restart`
-    forgets every node; callers restart between variants past LIMIT nodes,
-    which changes no result.
+    stable 64-bit fingerprint over the kind, what is to come and the state's
+    own 64-bit fingerprint (`SchedState.content_fingerprint`), so two
+    different futures merge only when one of the two fingerprints collides
+    (`pairs`: the pairs of nodes in the table now). `restart` forgets every
+    node; callers restart between variants past LIMIT nodes, which changes no
+    result.
 
     Of what is to come, the step itself reads only what is due now (arrivals
     and aborts at t); the rest only shifts by one into the successors' futures.
-    So model steps are computed once per kind, state and what is due now, and
+    So model steps are computed once per kind, state (told apart by its
+    fingerprint: a collision there is one of a node's) and what is due now, and
     shared by nodes that differ in later arrivals or aborts (`stepped`).
     """
 
@@ -168,7 +172,7 @@ class FutureGraph:
 
     def _empty(self) -> None:
         self.ids: dict[int, int] = {}                   # fingerprint of a future -> node
-        self.unexpanded: dict[int, SchedState] = {}     # node -> one of its states, until expanded
+        self.unexpanded: dict[int, tuple[SchedState, int]] = {}   # node -> one of its states, its fingerprint
         self.adjacent: list[tuple[tuple[int, int, int], ...] | None] = []   # node -> its successors, once known
         self.drained = bytearray()                      # node -> 1: every request finished
         self.stepped: dict[tuple, list[tuple[SchedState, int, int, int]]] = {}   # see the class doc
@@ -213,7 +217,7 @@ class FutureGraph:
         if n is None:
             n = self.ids[future] = len(self.adjacent)
             self.adjacent.append(None)
-            self.unexpanded[n] = state
+            self.unexpanded[n] = (state, content)
             self.drained.append(all(r.status == FINISHED for r in state.reqs))
         return n
 
@@ -224,8 +228,8 @@ class FutureGraph:
         step."""
         found = self.adjacent[n]
         if found is None:
-            some = self.unexpanded.pop(n)
-            key = (timing.kind, timing.at(t)[1], some.reqs, some.free, some.cache, some.guard)
+            some, fingerprint = self.unexpanded.pop(n)
+            key = (timing.kind, timing.at(t)[1], fingerprint)
             steps = self.stepped.get(key)
             if steps is None:
                 state = SchedState(t, some.reqs, some.free, some.cache, some.guard)
@@ -429,9 +433,11 @@ class Exploration:
     @property
     def collision_probability(self) -> float:
         """An upper estimate of the chance that two different futures got the
-        same 64-bit fingerprint while this graph was explored (the same however
-        the family's variants were spread over processes)."""
-        return min(1.0, self.fingerprint_pairs / 2.0**64)
+        same fingerprint while this graph was explored (the same however the
+        family's variants were spread over processes): per pair of nodes, 2^-64
+        that their states' fingerprints collide plus 2^-64 that the fingerprints
+        of their futures do."""
+        return min(1.0, self.fingerprint_pairs / 2.0**63)
 
 
 def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps, graph: FutureGraph,
