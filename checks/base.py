@@ -15,8 +15,10 @@ if TYPE_CHECKING:
 
 @dataclass
 class Violation(AssertionError):
-    """A property found broken: its name, what happened, the step, and for a
-    livelock the cycle (first step and length)."""
+    """A property found broken: its name, what happened, the step that showed it
+    (numbered from 0 as arrivals and traces number steps: the step whose inputs,
+    events or observation broke the property, the last one run for a check at
+    the end of a run), and for a livelock the cycle (first step and length)."""
 
     prop: str
     message: str

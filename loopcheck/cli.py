@@ -32,7 +32,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     sub = parser.add_subparsers(dest="command", required=True)
     handlers: dict[str, Command] = {}
     for name, (register, handler) in commands.REGISTRY.items():
-        summary = handler.__doc__.splitlines()[0]
+        summary = " ".join(handler.__doc__.split("\n\n")[0].split())   # the docstring's first paragraph
         register(sub.add_parser(name, help=summary, description=summary, epilog=EXIT_CODES))
         handlers[name] = handler
     return parser, handlers

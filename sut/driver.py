@@ -35,11 +35,11 @@ from sut.view import FINISHED, TraceView
 OnStep = Callable[[list[Event], Observation], None]
 
 
-def crash(verb: str, exc: BaseException, step: int) -> Violation:
+def crash(verb: str, exc: BaseException) -> Violation:
     """An exception raised inside the SUT, as a violation naming where it was raised."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    return Violation("crash", f"{type(exc).__name__}: {exc} (in {verb}(){where})", step=step)
+    return Violation("crash", f"{type(exc).__name__}: {exc} (in {verb}(){where})")
 
 
 def check_pinned(pinned: dict[str, Any], cfg: Config) -> None:
@@ -103,7 +103,7 @@ class Driver:
         self.view.submit(spec)
         self.last_input = self.t
         for c in self.checks:
-            self._run_check(lambda c=c: c.on_input(self, "add", spec.rid))
+            self._run_check(lambda c=c: c.on_input(self, "add", spec.rid), self.t)
 
     def abort(self, rid: str) -> None:
         """Abort a request at this step (no effect once finished or already aborted)."""
@@ -115,7 +115,7 @@ class Driver:
         self.specs[index] = replace(self.specs[index], abort_at=self.t)
         self.last_input = self.t
         for c in self.checks:
-            self._run_check(lambda c=c: c.on_input(self, "abort", rid))
+            self._run_check(lambda c=c: c.on_input(self, "abort", rid), self.t)
 
     # ----- stepping ----------------------------------------------------------------------
     def step(self) -> list[Event]:
@@ -130,7 +130,7 @@ class Driver:
         if self.on_step:
             self.on_step(events, self.obs)
         for c in self.checks:
-            self._run_check(lambda c=c: c.after_step(self, events, self.obs))
+            self._run_check(lambda c=c: c.after_step(self, events, self.obs), self.t - 1)
         return events
 
     def drained(self) -> bool:
@@ -154,12 +154,13 @@ class Driver:
         self.raise_failure()
         caps = [c for c in (c.step_cap(self) for c in self.checks) if c is not None]
         cap = max_steps if max_steps is not None else min(caps, default=self.default_cap())
+        last = max(self.t - 1, 0)
         if not self.run_to_drain(cap):
             self._fail(Violation("liveness", f"not drained after {self.t} steps (cap {cap}); "
-                                             f"unfinished: {', '.join(r.spec.rid for r in self.view.unfinished())}",
-                                 step=self.t))
+                                             f"unfinished: {', '.join(r.spec.rid for r in self.view.unfinished())}"),
+                       last)
         for c in self.checks:
-            self._run_check(lambda c=c: c.at_end(self, self.obs))
+            self._run_check(lambda c=c: c.at_end(self, self.obs), last)
 
     def internals(self) -> Internals:
         """The SUT's `Internals` now (only for SUTs whose capabilities say internals)."""
@@ -176,17 +177,19 @@ class Driver:
         if self.failure is not None:
             raise self.failure
 
-    def _fail(self, violation: Violation) -> None:
+    def _fail(self, violation: Violation, step: int) -> None:
+        """Keep and raise `violation`, pinned to `step` unless it names its own."""
         if violation.step is None:
-            violation.step = self.t
+            violation.step = step
         self.failure = violation
         raise violation
 
-    def _run_check(self, hook: Callable[[], None]) -> None:
+    def _run_check(self, hook: Callable[[], None], step: int) -> None:
+        """Run a check's hook; a violation it raises is pinned to `step`."""
         try:
             hook()
         except Violation as v:
-            self._fail(v)
+            self._fail(v, step)
 
     def _call(self, verb: str, fn: Callable[[], Any]) -> Any:
         """Call into the SUT; any exception it raises is a crash violation."""
@@ -195,7 +198,7 @@ class Driver:
         except (ProtocolError, WorkloadError, Violation):
             raise
         except Exception as exc:  # noqa: BLE001 - any exception inside the SUT is a finding
-            self._fail(crash(verb, exc, self.t))
+            self._fail(crash(verb, exc), self.t)   # inputs of, or the run of, step t
 
 
 @dataclass

@@ -138,5 +138,6 @@ def test_every_flag_has_help_and_every_command_its_exit_codes() -> None:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, command in sub.choices.items():
         assert command.description and "exit codes" in (command.epilog or ""), name
+        assert command.description.endswith("."), f"{name}: a whole sentence, not its first line"
         for action in command._actions:
             assert action.help, f"{name} {action.option_strings or action.dest}"

@@ -439,7 +439,7 @@ def test_replay_both_reports_the_first_divergence(tmp_path, capsys, monkeypatch)
     monkeypatch.setattr(Scheduler, "emit", no_rewind_event)
     assert main(["replay", str(EXAMPLES / "livelock_min.json"), "--adapter", "torch", "--check", "lockstep"]) == 1
     out = capsys.readouterr().out
-    assert "REPRODUCED conformance at step 4: step 3: system and model diverge" in out
+    assert "REPRODUCED conformance at step 3: step 3: system and model diverge" in out
 
 
 def test_replay_plot_and_bad_files(tmp_path, capsys) -> None:

@@ -15,7 +15,8 @@ from fuzz.pytest_plugin import run_machine
 from sut.driver import run_workload
 from sut.torch_sut import TorchSUT
 from tests.engine_workloads import livelock_example
-from tests.toy_scheduler import ToyScheduler
+from tests.helpers import req, workload
+from tests.toy_scheduler import PINNED, ToyScheduler
 
 
 def toy(*bugs: str):
@@ -70,3 +71,19 @@ def test_verify_on_another_system(capsys) -> None:
     assert main(["verify", "--adapter", f"{toy_file}:leaky", "--fuzz-seconds", "20", "--seed", "1"]) == 1
     out = capsys.readouterr().out
     assert "kv-conservation" in out and "VERDICT: FAIL" in out
+
+
+def test_a_violation_names_the_step_that_showed_it() -> None:
+    """Violation.step numbers steps as traces and arrivals do: a check that fails
+    on a step's events names that step; a crash names the step that raised."""
+    pinned = {k: v for k, v in PINNED.items() if k != "execution"}
+    cfg = dict(num_blocks=8, block_size=2, max_num_seqs=1, max_num_batched_tokens=4, prefill_chunk_size=4, **pinned)
+    over = run_workload(workload(req("a", 2, 2), **cfg), toy("overshoot"), checks_for("property"))
+    assert over.violation is not None and over.violation.prop == "lifecycle"
+    step = over.violation.step
+    assert step == len(over.driver.trace) - 1 == 2   # prefill + token 0, token 1, then the extra token 2
+    assert [str(e) for e in over.driver.trace[step] if e.kind == "token"] == [f"token(a, 2, {(1 + 2 + 14) % 64}, 1)"]
+    crashed = run_workload(workload(req("a", 2, 3), req("b", 2, 2, abort_at=1), **cfg), toy("crash-on-abort"),
+                           checks_for("property"))
+    assert crashed.violation is not None and crashed.violation.prop == "crash"
+    assert crashed.violation.step == len(crashed.driver.trace) == 1   # step 1 raised; step 0 ran
