@@ -41,8 +41,8 @@ class Progress(Check):
         key = obs.state_key
         if key is not None and driver.sut.capabilities.state_key:
             if not events and self.seen.get(key) == driver.t - 1:
-                raise Violation("stall", f"nothing happens and nothing changes after step {driver.t - 1} while "
-                                         f"{_names(driver)} wait unfinished", {"start": driver.t - 1, "length": 1})
+                raise Violation("stall", f"nothing happens and nothing changes after step {driver.t - 1}; "
+                                         f"unfinished: {_names(driver)}", {"start": driver.t - 1, "length": 1})
             if key in self.seen:
                 start = self.seen[key]
                 raise Violation("livelock", f"the state after step {driver.t - 1} repeats the state after step "
@@ -51,8 +51,7 @@ class Progress(Check):
             self.seen[key] = driver.t
         self.quiet = 0 if events else self.quiet + 1
         if self.quiet >= self.stall_steps:
-            raise Violation("stall", f"{self.quiet} steps with no event while {_names(driver)} "
-                                     "wait unfinished")
+            raise Violation("stall", f"{self.quiet} steps in a row with no event; unfinished: {_names(driver)}")
 
 
 class NeverFitRejected(Check):
