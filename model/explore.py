@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import bisect
 import functools
+import gc
 import itertools
 import resource
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from model.events import Event, TokenOutcome
@@ -45,6 +47,23 @@ from model.state import FINISHED, ReqState, SchedState, initial_state
 from model.workload import RequestSpec, Workload
 
 PROGRESS_EVERY = 5000   # states between progress reports and memory checks
+YOUNG_COLLECTION_EVERY = 100_000   # allocations between the cyclic collector's young passes while exploring
+
+
+@contextmanager
+def fewer_collections() -> Iterator[None]:
+    """The cyclic garbage collector's youngest generation collected every
+    YOUNG_COLLECTION_EVERY allocations (Python's default: 700) until the block
+    ends, then as before. Exploring allocates states, tuples and lists by the
+    million and keeps few of them, none in cycles: with the default, the
+    collector's passes over them take about 5% of a small family's time and
+    free nothing. Memory is unaffected but for cycles freed later."""
+    before = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_EVERY, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 class _ChoiceEnv:
@@ -462,10 +481,11 @@ def explore(workload: Workload, max_states: int = 200_000, spread: int = 0, redu
     caps = Caps(max_states, max_memory_mb)
     ex = Exploration([], [], [], reduce, merge=merge)
     graph = FutureGraph()
-    for v in range(family_size(workload, spread)):
-        ex._explore_variant(v, variant(workload, spread, v), caps, graph, progress)
-        if not ex.complete:
-            break
+    with fewer_collections():
+        for v in range(family_size(workload, spread)):
+            ex._explore_variant(v, variant(workload, spread, v), caps, graph, progress)
+            if not ex.complete:
+                break
     return ex
 
 

@@ -36,6 +36,7 @@ from model.explore import (
     explore,
     explore_variant,
     family_size,
+    fewer_collections,
     shifts_of,
     variant,
 )
@@ -163,7 +164,8 @@ def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states:
     folded = Fold()
     found = _surveyed(family, blocks, workers, folded, total, progress)
     try:
-        _fold_in_order(found, caps, folded)
+        with fewer_collections():   # (in the workers too: they are forked inside)
+            _fold_in_order(found, caps, folded)
     finally:
         found.close()   # ends any workers
     return folded.result(total, caps)

@@ -20,6 +20,7 @@ from fuzz.strategies import workloads
 from loopcheck.cli import main
 from model.bounds import preemption_bound
 from model.explore import (
+    YOUNG_COLLECTION_EVERY,
     Caps,
     Exploration,
     FutureGraph,
@@ -452,3 +453,18 @@ def test_replay_plot_and_bad_files(tmp_path, capsys) -> None:
     assert main(["replay", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("loopcheck replay: error:")
+
+
+def test_the_collector_runs_less_often_only_while_exploring() -> None:
+    """Exploring raises the cyclic collector's young threshold and puts it back
+    afterwards, also when it stops early."""
+    import gc
+
+    before = gc.get_threshold()
+    seen: list[tuple[int, ...]] = []
+    survey(five_requests(), 1, progress=lambda states, left: seen.append(gc.get_threshold()))
+    explore(five_requests(), spread=3, max_states=6000, progress=lambda states, queue: seen.append((states,) + gc.get_threshold()))
+    stopped = seen.pop()   # the explorer's one report, at 5000 states of the 6000 it may take
+    assert stopped[:2] == (5000, YOUNG_COLLECTION_EVERY)
+    assert seen and all(t[0] == YOUNG_COLLECTION_EVERY for t in seen)
+    assert gc.get_threshold() == before
