@@ -154,8 +154,9 @@ class Driver:
         self.raise_failure()
         caps = [c for c in (c.step_cap(self) for c in self.checks) if c is not None]
         cap = max_steps if max_steps is not None else min(caps, default=self.default_cap())
-        last = max(self.t - 1, 0)
-        if not self.run_to_drain(cap):
+        drained = self.run_to_drain(cap)
+        last = max(self.t - 1, 0)   # the last step run
+        if not drained:
             self._fail(Violation("liveness", f"not drained after {self.t} steps (cap {cap}); "
                                              f"unfinished: {', '.join(r.spec.rid for r in self.view.unfinished())}"),
                        last)

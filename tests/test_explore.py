@@ -463,7 +463,8 @@ def test_the_collector_runs_less_often_only_while_exploring() -> None:
     before = gc.get_threshold()
     seen: list[tuple[int, ...]] = []
     survey(five_requests(), 1, progress=lambda states, left: seen.append(gc.get_threshold()))
-    explore(five_requests(), spread=3, max_states=6000, progress=lambda states, queue: seen.append((states,) + gc.get_threshold()))
+    explore(five_requests(), spread=3, max_states=6000,
+            progress=lambda states, queue: seen.append((states, *gc.get_threshold())))
     stopped = seen.pop()   # the explorer's one report, at 5000 states of the 6000 it may take
     assert stopped[:2] == (5000, YOUNG_COLLECTION_EVERY)
     assert seen and all(t[0] == YOUNG_COLLECTION_EVERY for t in seen)

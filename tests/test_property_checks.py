@@ -87,3 +87,6 @@ def test_a_violation_names_the_step_that_showed_it() -> None:
                            checks_for("property"))
     assert crashed.violation is not None and crashed.violation.prop == "crash"
     assert crashed.violation.step == len(crashed.driver.trace) == 1   # step 1 raised; step 0 ran
+    capped = run_workload(workload(req("a", 2, 3), **cfg), toy(), checks_for("property"), max_steps=2)
+    assert capped.violation is not None and capped.violation.prop == "liveness"
+    assert capped.violation.step == len(capped.driver.trace) - 1 == 1   # the run ended after step 1
