@@ -62,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        StopRequest.clear()
 
 
 if __name__ == "__main__":

@@ -22,16 +22,23 @@ class StopRequest:
     """A stop asked for by a signal (Ctrl-C, SIGTERM). Outside `deferred()` the
     handler raises the interrupt at once; inside, it only records it, and the code
     raises it at its next safe point (`check`), so that no library is interrupted
-    halfway through its own bookkeeping."""
+    halfway through its own bookkeeping. A second signal while a stop is pending
+    raises at once: the way out when no safe point comes (`clear` forgets the
+    stop once it was handled)."""
 
     pending: KeyboardInterrupt | None = None
     _deferring = 0
 
     @classmethod
     def request(cls, interrupt: KeyboardInterrupt) -> None:
+        again = cls.pending is not None
         cls.pending = interrupt
-        if not cls._deferring:
+        if not cls._deferring or again:
             raise interrupt
+
+    @classmethod
+    def clear(cls) -> None:
+        cls.pending = None
 
     @classmethod
     def check(cls) -> None:

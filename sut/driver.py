@@ -7,8 +7,11 @@ through `Driver` (incrementally) or `run_workload` (a recorded workload).
 
 from __future__ import annotations
 
+import signal
+import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,13 +36,51 @@ from sut.protocol import (
 from sut.view import FINISHED, TraceView
 
 OnStep = Callable[[list[Event], Observation], None]
+CALL_TIMEOUT = 10.0   # seconds a call into the SUT may run before it is a hang
+
+
+class Overran(BaseException):
+    """Raised by `watchdog` inside a call that ran too long (not an Exception, so
+    that a system's own `except Exception` does not swallow it)."""
+
+
+@contextmanager
+def watchdog(seconds: float | None) -> Iterator[None]:
+    """Raise Overran in the block once it has run `seconds` (by SIGALRM, between
+    two Python bytecodes: code stuck inside one C call is not reached). Only on
+    the main thread of a platform with SIGALRM; elsewhere, or with None, the
+    block runs unwatched. Whatever handler and timer were set before are set
+    again after."""
+    if (seconds is None or not hasattr(signal, "setitimer")
+            or threading.current_thread() is not threading.main_thread()):
+        yield
+        return
+
+    def overran(signum: int, frame: object) -> None:
+        raise Overran
+    handler = signal.signal(signal.SIGALRM, overran)
+    earlier = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, *earlier)
+        signal.signal(signal.SIGALRM, handler)
+
+
+def _origin(exc: BaseException) -> str:
+    """ at FILE:LINE of the innermost frame outside this module that `exc` passed through."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def crash(verb: str, exc: BaseException) -> Violation:
     """An exception raised inside the SUT, as a violation naming where it was raised."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    return Violation("crash", f"{type(exc).__name__}: {exc} (in {verb}(){where})")
+    return Violation("crash", f"{type(exc).__name__}: {exc} (in {verb}(){_origin(exc)})")
+
+
+def hang(verb: str, stopped: Overran) -> Violation:
+    """A call into the SUT that did not return within CALL_TIMEOUT, naming where it was stopped."""
+    return Violation("hang", f"{verb}() did not return within {CALL_TIMEOUT:g} s (stopped{_origin(stopped)})")
 
 
 def check_pinned(pinned: dict[str, Any], cfg: Config) -> None:
@@ -78,7 +119,8 @@ class Driver:
         self._index: dict[str, int] = {}   # request id -> position in specs
         self.sut: SystemUnderTest
         try:
-            self.sut = check_sut(self._call("construct", lambda: factory(cfg)))
+            # (unwatched: building a system may import a whole engine, many seconds the first time)
+            self.sut = check_sut(self._call("construct", lambda: factory(cfg), watched=False))
         except Violation:
             return   # the crash is kept in `failure`; the first call raises it, so it gets recorded
         check_pinned(self.sut.capabilities.pinned, cfg)
@@ -192,14 +234,18 @@ class Driver:
         except Violation as v:
             self._fail(v, step)
 
-    def _call(self, verb: str, fn: Callable[[], Any]) -> Any:
-        """Call into the SUT; any exception it raises is a crash violation."""
+    def _call(self, verb: str, fn: Callable[[], Any], watched: bool = True) -> Any:
+        """Call into the SUT; any exception it raises is a crash violation, and,
+        `watched`, a call that runs past CALL_TIMEOUT seconds a hang."""
         try:
-            return fn()
+            with watchdog(CALL_TIMEOUT if watched else None):
+                return fn()
         except (ProtocolError, WorkloadError, Violation):
             raise
+        except Overran as stopped:
+            self._fail(hang(verb, stopped), self.t)   # inputs of, or the run of, step t
         except Exception as exc:  # noqa: BLE001 - any exception inside the SUT is a finding
-            self._fail(crash(verb, exc), self.t)   # inputs of, or the run of, step t
+            self._fail(crash(verb, exc), self.t)
 
 
 @dataclass

@@ -15,6 +15,9 @@ CPU snapshots), read only by the checks that need them.
 
 It also carries `capabilities`, saying what it reports and claims, so that each
 check runs only where its inputs exist, and the report says which did not run.
+
+Every verb must return: a call that runs past `sut.driver.CALL_TIMEOUT`
+seconds is stopped and reported as a hang.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Adapters that break the SUT protocol, each in one way (loaded by path in the
-tests, the way a user passes --adapter FILE.py:FACTORY)."""
+"""Adapters that break the SUT protocol, each in one way, and one that never
+returns (loaded by path in the tests, the way a user passes --adapter
+FILE.py:FACTORY)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,9 @@ class NoObserve:
 
 def raises_on_build(cfg):
     raise RuntimeError("cannot build")
+
+
+class Spins(ModelSUT):
+    def step(self):
+        while True:
+            pass

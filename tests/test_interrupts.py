@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from model.errors import StopRequest, Terminated
 from model.workload import save_workload
+from sut.driver import CALL_TIMEOUT
 from tests.helpers import five_requests
 
 
@@ -73,3 +75,29 @@ def children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(stat.parent.name))
     return found
+
+
+def test_a_second_signal_stops_at_once_where_no_safe_point_comes() -> None:
+    with StopRequest.deferred():
+        StopRequest.request(KeyboardInterrupt())   # recorded for the next safe point
+        with pytest.raises(Terminated):
+            StopRequest.request(Terminated())
+    StopRequest.clear()
+
+
+def test_ctrl_c_twice_stops_a_run_stuck_in_the_system(tmp_path) -> None:
+    """The system spins in its first step: one Ctrl-C waits for a safe point that
+    only the hang watchdog would bring; a second stops the run at once, cleanly."""
+    spins = f"{Path(__file__).parent / 'broken_adapters.py'}:Spins"
+    proc = subprocess.Popen([sys.executable, "-m", "loopcheck.cli", "fuzz", "--adapter", spins, "--budget-seconds",
+                             "60", "--seed", "3", "--out", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(6)   # started, and spinning: the watchdog stops the step at the earliest 4 s from now
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    assert proc.poll() is None   # the first only asked
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - start < CALL_TIMEOUT - 6.5
+    assert proc.returncode == 130 and "Traceback" not in err and "INTERRUPTED" in err, err

@@ -5,18 +5,27 @@ property mode on loopcheck's own engine still finds the unguarded livelock."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import time
 from functools import partial
+from pathlib import Path
 
 import pytest
 
+import sut.driver
 from checks.base import Violation
 from checks.suite import checks_for
 from fuzz.pytest_plugin import run_machine
-from sut.driver import run_workload
+from loopcheck.cli import main
+from model.config import Config
+from sut.driver import Overran, run_workload, watchdog
 from sut.torch_sut import TorchSUT
 from tests.engine_workloads import livelock_example
 from tests.helpers import req, workload
 from tests.toy_scheduler import PINNED, ToyScheduler
+
+TOY = str(Path(__file__).parent / "toy_scheduler.py")
 
 
 def toy(*bugs: str):
@@ -90,3 +99,51 @@ def test_a_violation_names_the_step_that_showed_it() -> None:
     capped = run_workload(workload(req("a", 2, 3), **cfg), toy(), checks_for("property"), max_steps=2)
     assert capped.violation is not None and capped.violation.prop == "liveness"
     assert capped.violation.step == len(capped.driver.trace) - 1 == 1   # the run ended after step 1
+
+
+def test_a_system_that_never_returns_is_a_hang(monkeypatch, tmp_path, capsys) -> None:
+    """A call to a verb of the system that runs past CALL_TIMEOUT is stopped and
+    reported as a hang of the step that ran it, naming where it was stopped (a
+    slow build is not one); the fuzzer finds one, and replay reproduces it
+    (exit 1)."""
+    monkeypatch.setattr(sut.driver, "CALL_TIMEOUT", 0.2)
+    pinned = {k: v for k, v in PINNED.items() if k != "execution"}
+    cfg = dict(num_blocks=4, block_size=2, max_num_seqs=2, max_num_batched_tokens=8, prefill_chunk_size=4, **pinned)
+    spun = run_workload(workload(req("a", 4, 4), req("b", 4, 1, arrival=1), **cfg), toy("spin"),
+                        checks_for("property"))
+    assert spun.violation is not None and spun.violation.prop == "hang"
+    assert spun.violation.step == len(spun.driver.trace) == 1   # step 0 ran; step 1 was stopped
+    assert "step() did not return within 0.2 s (stopped at " in spun.violation.message
+    assert "toy_scheduler.py:" in spun.violation.message
+
+    def slow_to_build(config: Config) -> ToyScheduler:   # building is not timed
+        time.sleep(0.4)
+        return ToyScheduler(config)
+    built = run_workload(workload(req("a", 4, 4), **cfg), slow_to_build, checks_for("property"))
+    assert built.violation is None and built.drained
+    with pytest.raises(Violation) as caught:   # (the hang may show first in the output check's rerun)
+        run_machine(toy("spin"), max_examples=300, shrink=False, out_dir=tmp_path)
+    prop = caught.value.prop
+    assert prop in {"hang", "output-equivalence"} and "hang" in str(caught.value)
+    capsys.readouterr()
+    found = tmp_path / f"counterexample-{prop}.json"
+    assert main(["replay", str(found), "--adapter", f"{TOY}:spinning", "--check", "property"]) == 1
+    out = capsys.readouterr().out
+    assert f"REPRODUCED {prop} at step" in out and "did not return within 0.2 s" in out
+
+
+def test_the_watchdog_stops_what_catches_exceptions_and_leaves_the_alarm_as_it_was() -> None:
+    rang: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: rang.append(signum))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(Overran), watchdog(0.05):
+            while True:
+                with contextlib.suppress(Exception):   # a system that swallows every exception
+                    time.sleep(0.01)
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 0.2 and not rang   # the earlier alarm is still set
+        time.sleep(0.6)
+        assert rang == [signal.SIGALRM]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -17,7 +17,7 @@ from sut.protocol import Capabilities, Observation
 PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
               allocation="incremental", watermark_blocks=0, execution="mixed")
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
-        "overshoot", "ignore-stop", "self-preempt")
+        "overshoot", "ignore-stop", "self-preempt", "spin")
 
 
 @dataclass
@@ -131,6 +131,8 @@ class ToyScheduler:
             if budget <= 0 or (len(self.running) >= cfg.max_num_seqs and "slot-cap" not in self.bugs):
                 break
             n = min(cfg.prefill_chunk_size, len(r.spec.prompt), budget)
+            while "spin" in self.bugs and self._need(r, n) > self.free:
+                pass   # waits, inside the step, for blocks that only a later step can free
             if self._need(r, n) > self.free:
                 if "head-blocks" in self.bugs:
                     break
@@ -173,3 +175,8 @@ class ToyScheduler:
 def leaky(cfg: Config) -> ToyScheduler:
     """The toy with its finished requests' blocks never freed."""
     return ToyScheduler(cfg, frozenset({"leak"}))
+
+
+def spinning(cfg: Config) -> ToyScheduler:
+    """The toy waiting, inside a step, for blocks a waiting request needs."""
+    return ToyScheduler(cfg, frozenset({"spin"}))
