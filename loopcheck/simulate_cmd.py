@@ -46,7 +46,7 @@ def argv_of(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a workload on a system (exit 1 if it does not drain or crashes)."""
+    """Run a workload on a system (exit 1 if it does not drain, crashes or hangs)."""
     if args.max_steps < 1:
         print("loopcheck simulate: error: --max-steps: must be >= 1", file=sys.stderr)
         return 2
@@ -56,16 +56,16 @@ def run(args: argparse.Namespace) -> int:
     workload = prepare(args)
     factory = factory_of(args)
     banner(None, argv_of(args), sys.stderr if args.json else None)
-    result, crashed = simulate(workload, factory, args.max_steps, args.adapter, args.trace)
+    result, failed = simulate(workload, factory, args.max_steps, args.adapter, args.trace)
     if args.json:
         out = result.to_json(with_trace=args.trace)
-        out["crash"] = crashed.message if crashed else None
+        out.update({prop: failed.message if failed and failed.prop == prop else None for prop in ("crash", "hang")})
         print(json.dumps(out))
     else:
         print(render(result))
-        if crashed:
-            print(f"CRASH at step {crashed.step}: {crashed.message}")
-    return 0 if result.drained and not crashed else 1
+        if failed:
+            print(f"{failed.prop.upper()} at step {failed.step}: {failed.message}")
+    return 0 if result.drained and not failed else 1
 
 
 def render(result: SimResult) -> str:

@@ -12,8 +12,8 @@ from sut.protocol import SutFactory
 
 def simulate(workload: Workload, factory: SutFactory, max_steps: int, name: str = "model",
              keep_trace: bool = False) -> tuple[SimResult, Violation | None]:
-    """Run until drained or `max_steps` steps; the result, and the crash if the
-    system raised."""
+    """Run until drained or `max_steps` steps; the result, and the crash or
+    hang if the system raised or did not return (`Driver._call`)."""
     run = run_workload(workload, factory, (), max_steps)
     d, obs = run.driver, run.driver.obs
     outputs = {s.rid: obs.outputs[s.rid] for s in d.specs if s.rid in obs.outputs}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import sut.driver
 from loopcheck.cli import main
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "livelock.json")
@@ -56,3 +57,13 @@ def test_torch_engine_same_json_shape_and_no_preemption_reference(capsys) -> Non
     assert run["preemptions"] >= 1 and ref["preemptions"] == 0
     assert run["requests"] == ref["requests"]
     assert main(["simulate", EXAMPLE, "--adapter", "torch", "--max-steps", "100"]) == 1
+
+
+def test_a_system_that_does_not_return_is_a_hang_exit_1(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(sut.driver, "CALL_TIMEOUT", 0.2)
+    spins = f"{Path(__file__).parent / 'broken_adapters.py'}:Spins"
+    assert main(["simulate", EXAMPLE, "--adapter", spins]) == 1
+    assert "HANG at step 0: step() did not return within 0.2 s (stopped at " in capsys.readouterr().out
+    assert main(["simulate", EXAMPLE, "--adapter", spins, "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["crash"] is None and data["hang"].startswith("step() did not return within 0.2 s")
