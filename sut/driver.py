@@ -130,7 +130,7 @@ class Driver:
                 self.checks.append(c)
             else:
                 self.skipped[c.name] = reason
-        self.obs = check_observation(self._call("observe", self.sut.observe))
+        self.obs = check_observation(self._call("observe", self.sut.observe), self.view.requests)
 
     # ----- inputs ------------------------------------------------------------------------
     def add(self, spec: RequestSpec) -> None:
@@ -164,7 +164,7 @@ class Driver:
         """One step of the SUT, validated, recorded and checked."""
         self.raise_failure()
         events = check_events(self._call("step", self.sut.step), self.view.requests)
-        self.obs = check_observation(self._call("observe", self.sut.observe))
+        self.obs = check_observation(self._call("observe", self.sut.observe), self.view.requests)
         self.view.fold(events)
         self.t += 1
         self.trace.append(events)

@@ -155,10 +155,41 @@ def check_events(events: object, known: Container[str]) -> list[Event]:
     return events
 
 
-def check_observation(obs: object) -> Observation:
+def check_observation(obs: object, known: Container[str]) -> Observation:
+    """observe()'s result, validated: an Observation whose fields have their
+    documented types, with outputs and fingerprints only of submitted requests
+    (`known`); else ProtocolError naming the rule."""
     if not isinstance(obs, Observation):
         raise ProtocolError("observe returns an Observation", f"got {type(obs).__name__}")
+    if type(obs.blocks_held) is not int or obs.blocks_held < 0:
+        raise ProtocolError("blocks_held is an int >= 0", f"got {obs.blocks_held!r}")
+    if not isinstance(obs.kv_errors, list) or not all(isinstance(e, str) for e in obs.kv_errors):
+        raise ProtocolError("kv_errors is a list of str", f"got {obs.kv_errors!r}")
+    if type(obs.unfinished) is not bool:
+        raise ProtocolError("unfinished is a bool", f"got {obs.unfinished!r}")
+    for name, wanted, kind in (("outputs", RequestOutput, "RequestOutput"), ("fingerprints", str, "str")):
+        per_request = getattr(obs, name)
+        if not isinstance(per_request, dict):
+            raise ProtocolError(f"{name} maps request ids to {kind}", f"got {type(per_request).__name__}")
+        for rid, value in per_request.items():
+            if rid not in known:
+                raise ProtocolError(f"{name} name submitted requests", f"{name} has unknown request {rid!r}")
+            if not isinstance(value, wanted):
+                raise ProtocolError(f"{name} maps request ids to {kind}", f"{rid!r}: got {value!r}")
+    for rid, out in obs.outputs.items():
+        if not (_ints(out.token_ids) and _ints(out.exit_depths)) or out.finish_reason not in (None, *FINISH_REASONS):
+            raise ProtocolError("outputs hold lists of int token ids and exit depths and a finish reason",
+                                f"{rid!r}: got {out!r}")
+    if obs.state_key is not None:
+        try:
+            hash(obs.state_key)
+        except TypeError:
+            raise ProtocolError("state_key is hashable", f"got {obs.state_key!r}") from None
     return obs
+
+
+def _ints(values: object) -> bool:
+    return isinstance(values, list) and all(type(v) is int for v in values)
 
 
 def check_internals(found: object) -> Internals:

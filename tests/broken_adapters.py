@@ -4,7 +4,9 @@ FILE.py:FACTORY)."""
 
 from __future__ import annotations
 
-from model.events import Event
+from dataclasses import replace
+
+from model.events import Event, RequestOutput
 from sut.model_sut import ModelSUT
 
 
@@ -27,6 +29,51 @@ class UnknownRequest(ModelSUT):
 class WrongArity(ModelSUT):
     def step(self):
         return [Event(e.kind, e.rid, e.args + (0,)) if e.kind == "admit" else e for e in super().step()]
+
+
+class Observing(ModelSUT):
+    """The model, with one field of its observation replaced (`broken`)."""
+
+    broken: dict = {}
+
+    def observe(self):
+        obs = super().observe()
+        for name, value in self.broken.items():
+            setattr(obs, name, value(obs) if callable(value) else value)
+        return obs
+
+
+class UnhashableKey(Observing):
+    broken = {"state_key": [1, 2]}
+
+
+class TextBlocksHeld(Observing):
+    broken = {"blocks_held": "lots"}
+
+
+class NegativeBlocksHeld(Observing):
+    broken = {"blocks_held": -1}
+
+
+class StrangerOutputs(Observing):
+    broken = {"outputs": lambda obs: {**obs.outputs, "nobody": RequestOutput("nobody", [], [], None)}}
+
+
+class PlainOutputs(Observing):
+    broken = {"outputs": lambda obs: {rid: out.token_ids for rid, out in obs.outputs.items()}}
+
+
+class TupleTokens(Observing):
+    broken = {"outputs": lambda obs: {rid: replace(out, token_ids=tuple(out.token_ids))
+                                      for rid, out in obs.outputs.items()}}
+
+
+class OddFinish(Observing):
+    broken = {"outputs": lambda obs: {rid: replace(out, finish_reason="done") for rid, out in obs.outputs.items()}}
+
+
+class TextUnfinished(Observing):
+    broken = {"unfinished": "yes"}
 
 
 class NoObserve:

@@ -14,7 +14,20 @@ from model.config import Config
 from model.workload import RequestSpec, Workload
 from sut.driver import run_workload
 from sut.protocol import ProtocolError
-from tests.broken_adapters import NoneStep, UnknownKind, UnknownRequest, WrongArity
+from tests.broken_adapters import (
+    NegativeBlocksHeld,
+    NoneStep,
+    OddFinish,
+    PlainOutputs,
+    StrangerOutputs,
+    TextBlocksHeld,
+    TextUnfinished,
+    TupleTokens,
+    UnhashableKey,
+    UnknownKind,
+    UnknownRequest,
+    WrongArity,
+)
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "livelock_min.json")
 BROKEN = str(Path(__file__).parent / "broken_adapters.py")
@@ -23,7 +36,17 @@ BROKEN = str(Path(__file__).parent / "broken_adapters.py")
 @pytest.mark.parametrize("adapter,rule", [(NoneStep, "step returns a list of events"),
                                           (UnknownKind, "event kinds"),
                                           (UnknownRequest, "events name submitted requests"),
-                                          (WrongArity, "event arity")])
+                                          (WrongArity, "event arity"),
+                                          (UnhashableKey, "state_key is hashable"),
+                                          (TextBlocksHeld, "blocks_held is an int >= 0"),
+                                          (NegativeBlocksHeld, "blocks_held is an int >= 0"),
+                                          (StrangerOutputs, "outputs name submitted requests"),
+                                          (PlainOutputs, "outputs maps request ids to RequestOutput"),
+                                          (TupleTokens, "outputs hold lists of int token ids and exit depths "
+                                                        "and a finish reason"),
+                                          (OddFinish, "outputs hold lists of int token ids and exit depths "
+                                                      "and a finish reason"),
+                                          (TextUnfinished, "unfinished is a bool")])
 def test_each_broken_rule_is_named(adapter, rule) -> None:
     w = Workload(Config(num_blocks=16), (RequestSpec("a", (1, 2), 2),))
     with pytest.raises(ProtocolError) as caught:
