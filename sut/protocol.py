@@ -119,9 +119,11 @@ class SystemUnderTest(Protocol):
 
 SutFactory = Callable[[Config], SystemUnderTest]
 
-# Arity of each event kind's args (None: any).
-_ARITY = {"arrive": 0, "reject": 1, "abort": 0, "admit": 1, "resume": 2, "preempt": 2, "rewind": 1,
-          "prefill": 3, "token": 3, "publish": 1, "finish": 1}
+REQUEST = "a submitted request's id, or None"
+# The type of each argument of each event kind (model/events.py): int (not a bool), bool, str or REQUEST.
+_ARGS: dict[str, tuple[object, ...]] = {
+    "arrive": (), "reject": (str,), "abort": (), "admit": (int,), "resume": (int, int), "preempt": (REQUEST, bool),
+    "rewind": (int,), "prefill": (int, int, int), "token": (int, int, int), "publish": (int,), "finish": (str,)}
 FINISH_REASONS = ("length", "stop", "abort", "rejected")
 
 
@@ -137,8 +139,8 @@ def check_sut(sut: object) -> SystemUnderTest:
 
 
 def check_events(events: object, known: Container[str]) -> list[Event]:
-    """step()'s result, validated: a list of Events of known kinds and arities
-    about submitted requests; else ProtocolError naming the rule."""
+    """step()'s result, validated: a list of Events of known kinds, arities and
+    argument types about submitted requests; else ProtocolError naming the rule."""
     if not isinstance(events, list):
         raise ProtocolError("step returns a list of events", f"got {type(events).__name__}")
     for e in events:
@@ -148,8 +150,13 @@ def check_events(events: object, known: Container[str]) -> list[Event]:
             raise ProtocolError("event kinds", f"unknown kind {e.kind!r} (known: {', '.join(KINDS)})")
         if e.rid not in known:
             raise ProtocolError("events name submitted requests", f"{e} names unknown request {e.rid!r}")
-        if len(e.args) != _ARITY[e.kind]:
-            raise ProtocolError("event arity", f"{e} has {len(e.args)} args, {e.kind} takes {_ARITY[e.kind]}")
+        wanted = _ARGS[e.kind]
+        if len(e.args) != len(wanted):
+            raise ProtocolError("event arity", f"{e} has {len(e.args)} args, {e.kind} takes {len(wanted)}")
+        for position, (arg, kind) in enumerate(zip(e.args, wanted, strict=True)):
+            if not ((arg is None or arg in known) if kind is REQUEST else type(arg) is kind):
+                name = kind if kind is REQUEST else kind.__name__   # type: ignore[attr-defined]
+                raise ProtocolError("event argument types", f"{e}: argument {position} is {arg!r}, not {name}")
         if e.kind == "finish" and e.args[0] not in FINISH_REASONS:
             raise ProtocolError("finish reasons", f"{e}: reason must be one of {', '.join(FINISH_REASONS)}")
     return events

@@ -31,6 +31,17 @@ class WrongArity(ModelSUT):
         return [Event(e.kind, e.rid, e.args + (0,)) if e.kind == "admit" else e for e in super().step()]
 
 
+class TextTokenIndex(ModelSUT):
+    def step(self):
+        return [Event(e.kind, e.rid, (str(e.args[0]), *e.args[1:])) if e.kind == "token" else e
+                for e in super().step()]
+
+
+class PreemptedByStranger(ModelSUT):
+    def step(self):
+        return [Event(e.kind, e.rid, ("nobody", *e.args[1:])) if e.kind == "preempt" else e for e in super().step()]
+
+
 class Observing(ModelSUT):
     """The model, with one field of its observation replaced (`broken`)."""
 

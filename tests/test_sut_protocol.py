@@ -11,7 +11,7 @@ import pytest
 from checks.suite import checks_for
 from loopcheck.cli import main
 from model.config import Config
-from model.workload import RequestSpec, Workload
+from model.workload import RequestSpec, Workload, load_workload
 from sut.driver import run_workload
 from sut.protocol import ProtocolError
 from tests.broken_adapters import (
@@ -19,8 +19,10 @@ from tests.broken_adapters import (
     NoneStep,
     OddFinish,
     PlainOutputs,
+    PreemptedByStranger,
     StrangerOutputs,
     TextBlocksHeld,
+    TextTokenIndex,
     TextUnfinished,
     TupleTokens,
     UnhashableKey,
@@ -37,6 +39,7 @@ BROKEN = str(Path(__file__).parent / "broken_adapters.py")
                                           (UnknownKind, "event kinds"),
                                           (UnknownRequest, "events name submitted requests"),
                                           (WrongArity, "event arity"),
+                                          (TextTokenIndex, "event argument types"),
                                           (UnhashableKey, "state_key is hashable"),
                                           (TextBlocksHeld, "blocks_held is an int >= 0"),
                                           (NegativeBlocksHeld, "blocks_held is an int >= 0"),
@@ -52,6 +55,12 @@ def test_each_broken_rule_is_named(adapter, rule) -> None:
     with pytest.raises(ProtocolError) as caught:
         run_workload(w, adapter, checks_for("property"))
     assert caught.value.rule == rule
+
+
+def test_a_preemption_for_a_request_never_submitted_is_named() -> None:
+    with pytest.raises(ProtocolError) as caught:   # the example preempts from its second step on
+        run_workload(load_workload(EXAMPLE), PreemptedByStranger, checks_for("property"))
+    assert caught.value.rule == "event argument types" and "'nobody'" in str(caught.value)
 
 
 @pytest.mark.parametrize("factory,words", [("NoneStep", "rule 'step returns a list of events'"),
