@@ -23,7 +23,7 @@ seconds is stopped and reported as a hang.
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from model.config import Config
@@ -118,6 +118,7 @@ class SystemUnderTest(Protocol):
 
 
 SutFactory = Callable[[Config], SystemUnderTest]
+CONFIG_FIELDS = frozenset(f.name for f in fields(Config))
 
 REQUEST = "a submitted request's id, or None"
 # The type of each argument of each event kind (model/events.py): int (not a bool), bool, str or REQUEST.
@@ -132,9 +133,15 @@ def check_sut(sut: object) -> SystemUnderTest:
     for verb in ("add", "abort", "step", "observe"):
         if not callable(getattr(sut, verb, None)):
             raise ProtocolError("verbs", f"{type(sut).__name__} has no method {verb}()")
-    if not isinstance(getattr(sut, "capabilities", None), Capabilities):
+    caps = getattr(sut, "capabilities", None)
+    if not isinstance(caps, Capabilities):
         raise ProtocolError("capabilities", f"{type(sut).__name__}.capabilities must be a "
                                             "sut.protocol.Capabilities")
+    if not isinstance(caps.pinned, dict):
+        raise ProtocolError("capabilities.pinned maps config fields to values", f"got {caps.pinned!r}")
+    if not CONFIG_FIELDS.issuperset(caps.pinned):
+        raise ProtocolError("capabilities.pinned maps config fields to values",
+                            f"not config fields: {sorted(set(caps.pinned) - CONFIG_FIELDS)}")
     return sut  # type: ignore[return-value]
 
 

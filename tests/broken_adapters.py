@@ -87,6 +87,12 @@ class TextUnfinished(Observing):
     broken = {"unfinished": "yes"}
 
 
+class PinsNoField(ModelSUT):
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.capabilities = replace(self.capabilities, pinned={"colour": "red"})
+
+
 class NoObserve:
     capabilities = None
 

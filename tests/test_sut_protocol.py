@@ -64,6 +64,8 @@ def test_a_preemption_for_a_request_never_submitted_is_named() -> None:
 
 
 @pytest.mark.parametrize("factory,words", [("NoneStep", "rule 'step returns a list of events'"),
+                                           ("PinsNoField", "rule 'capabilities.pinned maps config fields to "
+                                                           "values': not config fields: ['colour']"),
                                            ("NoObserve", "rule 'verbs'"),
                                            ("raises_on_build", "builds a system': RuntimeError: cannot build"),
                                            ("missing", "has no callable 'missing'")])
