@@ -26,20 +26,26 @@ class UnknownRequest(ModelSUT):
         return super().step() + [Event("arrive", "nobody")]
 
 
-class WrongArity(ModelSUT):
+class Rewriting(ModelSUT):
+    """The model, with the arguments of its events of one kind rewritten (`rewrite`)."""
+
+    kind = ""
+    rewrite = staticmethod(lambda args: args)
+
     def step(self):
-        return [Event(e.kind, e.rid, e.args + (0,)) if e.kind == "admit" else e for e in super().step()]
+        return [Event(e.kind, e.rid, self.rewrite(e.args)) if e.kind == self.kind else e for e in super().step()]
 
 
-class TextTokenIndex(ModelSUT):
-    def step(self):
-        return [Event(e.kind, e.rid, (str(e.args[0]), *e.args[1:])) if e.kind == "token" else e
-                for e in super().step()]
+class WrongArity(Rewriting):
+    kind, rewrite = "admit", staticmethod(lambda args: (*args, 0))
 
 
-class PreemptedByStranger(ModelSUT):
-    def step(self):
-        return [Event(e.kind, e.rid, ("nobody", *e.args[1:])) if e.kind == "preempt" else e for e in super().step()]
+class TextTokenIndex(Rewriting):
+    kind, rewrite = "token", staticmethod(lambda args: (str(args[0]), *args[1:]))
+
+
+class PreemptedByStranger(Rewriting):
+    kind, rewrite = "preempt", staticmethod(lambda args: ("nobody", *args[1:]))
 
 
 class Observing(ModelSUT):
