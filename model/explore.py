@@ -124,9 +124,12 @@ def canonical(state: SchedState, horizon: int, reduce: bool) -> SchedState:
     """The node of a state: step capped at the horizon; with `reduce`, finished
     requests (and their futility-guard entries) abstracted away."""
     reqs, guard = state.reqs, state.guard
-    if reduce:
+    if reduce and any(r.status == FINISHED and r is not FINISHED_RECORD for r in reqs):
         reqs = tuple(FINISHED_RECORD if r.status == FINISHED else r for r in reqs)
+    if reduce and guard:
         guard = frozenset(g for g in guard if reqs[g[0]].status != FINISHED)
+    if state.step <= horizon and reqs is state.reqs and guard is state.guard:
+        return state   # (already canonical: states are immutable)
     return SchedState(min(state.step, horizon), reqs, state.free, state.cache, guard)
 
 
@@ -172,7 +175,10 @@ class FutureGraph:
     and aborts at t); the rest only shifts by one into the successors' futures.
     So model steps are computed once per kind, state (told apart by its
     fingerprint: a collision there is one of a node's) and what is due now, and
-    shared by nodes that differ in later arrivals or aborts (`stepped`).
+    shared by nodes that differ in later arrivals or aborts (`stepped`, `steps`).
+    The nodes past the horizon (timeless: nothing is to come) also keep
+    figures that `model.head_tail` works out once for all variants of a kind
+    (`drains`, `tails`); a restart forgets them with the nodes.
     """
 
     LIMIT = 200_000
@@ -195,6 +201,8 @@ class FutureGraph:
         self.adjacent: list[tuple[tuple[int, int, int], ...] | None] = []   # node -> its successors, once known
         self.drained = bytearray()                      # node -> 1: every request finished
         self.stepped: dict[tuple, list[tuple[SchedState, int, int, int]]] = {}   # see the class doc
+        self.drains: dict[int, tuple[int, int, int] | None] = {}   # timeless node -> `model.head_tail.drains`
+        self.tails: dict[frozenset[int], object] = {}   # set of timeless nodes -> `model.head_tail.tail_of`
 
     @property
     def nodes(self) -> int:
@@ -231,7 +239,7 @@ class FutureGraph:
         `content_fingerprint` when known."""
         if content is None:
             content = state.content_fingerprint()
-        future = hash((timing.kind, timing.at(t)[0], content))
+        future = hash((timing.kind, timing.coming(t), content))
         n = self.ids.get(future)
         if n is None:
             n = self.ids[future] = len(self.adjacent)
@@ -248,19 +256,28 @@ class FutureGraph:
         found = self.adjacent[n]
         if found is None:
             some, fingerprint = self.unexpanded.pop(n)
-            key = (timing.kind, timing.at(t)[1], fingerprint)
-            steps = self.stepped.get(key)
-            if steps is None:
-                state = SchedState(t, some.reqs, some.free, some.cache, some.guard)
-                steps = self.stepped[key] = [
-                    (nxt, nxt.content_fingerprint(), c, sum(e.kind == "preempt" for e in events))
-                    for c, (nxt, events, _) in enumerate(canonical_successors(state, timing.workload,
-                                                                              timing.horizon, reduce))]
             after = min(t + 1, timing.horizon)
             out: dict[int, tuple[int, int]] = {}
-            for nxt, content, c, preempted in steps:
+            for nxt, content, c, preempted in self.steps(some, fingerprint, t, timing, reduce):
                 out[self.node(nxt, after, timing, content)] = (c, preempted)
             found = self.adjacent[n] = tuple((m, c, p) for m, (c, p) in out.items())
+        return found
+
+
+    def steps(self, state: SchedState, content: int, t: int, timing: Timing,
+              reduce: bool) -> list[tuple[SchedState, int, int, int]]:
+        """The `canonical_successors` of `state` (fingerprint `content`; its own
+        step counter is not read) at step t of `timing`'s workload: each next
+        state with its fingerprint, its index in `successors` and the step's
+        preemptions; computed once per kind, state and what is due now."""
+        key = (timing.kind, timing.due(t), content)
+        found = self.stepped.get(key)
+        if found is None:
+            state = SchedState(t, state.reqs, state.free, state.cache, state.guard)
+            found = self.stepped[key] = [
+                (nxt, nxt.content_fingerprint(), c, sum(e.kind == "preempt" for e in events))
+                for c, (nxt, events, _) in enumerate(canonical_successors(state, timing.workload, timing.horizon,
+                                                                          reduce))]
         return found
 
 
@@ -269,13 +286,20 @@ class Timing:
     what is to come at each step. In a state the variant reaches at step t the
     pending requests are exactly those that arrive at t or later (a request
     arrives in the step of its arrival), so what is to come is a function of t
-    alone, worked out once per step (`at`)."""
+    alone (`coming`, worked out once per step), and so is what is due now
+    (`due`: all the step itself reads of it)."""
 
     def __init__(self, workload: Workload, kind: int) -> None:
         self.workload = workload
         self.kind = kind
         self.horizon = horizon_of(workload)
-        self._at: dict[int, tuple[tuple[int, ...], tuple[bool, ...]]] = {}
+        self._coming: dict[int, tuple[int, ...]] = {}
+        n, due = len(workload.requests), [[] for _ in range(self.horizon)]
+        for i, r in enumerate(workload.requests):
+            due[r.arrival].append(i)
+            if r.abort_at is not None:
+                due[r.abort_at].append(n + i)
+        self._due = [tuple(sorted(d)) for d in due]
 
     def to_come(self, t: int) -> tuple[int, ...]:
         """Per request, steps from t until its arrival if it is still to come, and
@@ -287,14 +311,17 @@ class Timing:
         return tuple(r.arrival - t if r.arrival >= t else -1 for r in requests) \
             + tuple(-1 if r.abort_at is None or r.abort_at < t else r.abort_at - t for r in requests)
 
-    def at(self, t: int) -> tuple[tuple[int, ...], tuple[bool, ...]]:
-        """At step t: what is to come (`to_come`), and of it what is due now
-        (arrivals and aborts at t: all the step itself reads of it)."""
-        found = self._at.get(t)
+    def coming(self, t: int) -> tuple[int, ...]:
+        """`to_come(t)`, worked out once."""
+        found = self._coming.get(t)
         if found is None:
-            coming = self.to_come(t)
-            found = self._at[t] = (coming, tuple(x == 0 for x in coming))
+            found = self._coming[t] = self.to_come(t)
         return found
+
+    def due(self, t: int) -> tuple[int, ...]:
+        """What of `to_come(t)` is due now (its positions that are 0): request i
+        arriving at t is i, its abort at t is n + i (n requests)."""
+        return self._due[t] if t < self.horizon else ()
 
 
 def canonical_successors(state: SchedState, w: Workload, horizon: int,
@@ -445,18 +472,31 @@ class Exploration:
             if not self.complete:
                 break
         edge_start.extend([len(target)] * (states + 1 - len(edge_start)))   # never expanded
-        # merged: every pair of the one graph; else at most `looked` new nodes, each beside at most
-        # LIMIT + looked others (a bound that does not depend on what other variants left in the graph)
-        self.fingerprint_pairs += graph.pairs() - pairs if self.merge else looked * (graph.LIMIT + looked)
+        # merged: every pair of the one graph; else `variant_pairs`
+        self.fingerprint_pairs += graph.pairs() - pairs if self.merge else variant_pairs(looked)
 
     @property
     def collision_probability(self) -> float:
         """An upper estimate of the chance that two different futures got the
         same fingerprint while this graph was explored (the same however the
-        family's variants were spread over processes): per pair of nodes, 2^-64
-        that their states' fingerprints collide plus 2^-64 that the fingerprints
-        of their futures do."""
-        return min(1.0, self.fingerprint_pairs / 2.0**63)
+        family's variants were spread over processes)."""
+        return collision_chance(self.fingerprint_pairs)
+
+
+def variant_pairs(looked: int) -> int:
+    """At least the pairs of nodes that could have collided while one variant
+    looked up `looked` nodes (its root and every successor) in a `FutureGraph`,
+    not merged: at most `looked` new nodes, each beside at most LIMIT + looked
+    others (a bound that does not depend on what other variants left in the
+    graph)."""
+    return looked * (FutureGraph.LIMIT + looked)
+
+
+def collision_chance(pairs: int) -> float:
+    """An upper estimate of the chance that two of `pairs` pairs of nodes got
+    the same fingerprint: per pair, 2^-64 that their states' fingerprints
+    collide plus 2^-64 that the fingerprints of their futures do."""
+    return min(1.0, pairs / 2.0**63)
 
 
 def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps, graph: FutureGraph,

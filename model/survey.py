@@ -2,10 +2,12 @@
 analysed on several processes.
 
 The variants of a family (arrival offsets) never share a state, so each is
-explored and analysed on its own (`model.explore.explore_variant`,
-`model.liveness.analyse`) and the results combine exactly: counts add up, the
+surveyed on its own and the results combine exactly: counts add up, the
 verdict is any variant's livelock, worst cases are the largest, and the lasso
-is the shortest (ties: the smallest variant number). They do share the graph
+is the shortest (ties: the smallest variant number). A variant that drains
+from every state is surveyed from its head and its kind's shared tail
+(`model.head_tail`); any other is explored as a graph and analysed
+(`model.explore.explore_variant`, `model.liveness.analyse`). They do share the graph
 of futures (`FutureGraph`), most of all variants with similar arrivals, so the
 family is cut into fixed blocks of variants (`plan`) whose variants lie near
 each other, and a worker explores neighbouring blocks (`Claims`): work shared
@@ -25,7 +27,6 @@ import signal
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from multiprocessing.context import ForkContext
 from typing import Any
 
@@ -40,6 +41,8 @@ from model.explore import (
     shifts_of,
     variant,
 )
+from model.figures import Survey
+from model.head_tail import survey_of_variant
 from model.liveness import Lasso, Liveness, analyse
 from model.workload import Workload
 
@@ -49,20 +52,6 @@ FORK_WORTH = 0.05   # ... if what is left is expected to take longer than this (
 SEND_EVERY = 0.05   # seconds between a worker's messages (blocks are often tiny: the parent folds lists)
 SHIELDED = {signal.SIGINT, signal.SIGTERM}   # signals a worker leaves to the parent
 now = time.perf_counter   # the clock FORK_AFTER is read on (tests set their own)
-
-
-@dataclass
-class Survey:
-    """What exploring a family established (figures over all its variants)."""
-
-    states: int
-    transitions: int
-    depth: int
-    drained: int
-    complete: bool
-    liveness: Liveness
-    collision_probability: float   # that a fingerprint collision merged two states (upper estimate)
-    explored: int                  # states explored; the others' figures were derived (`translated`)
 
 
 Family = tuple[Workload, int, bool, Caps]   # workload, spread, reduce, caps
@@ -130,7 +119,9 @@ def survey_block(bases: range, family: Family, graph: FutureGraph,
     for v, m in block_variants(workload, spread, bases):
         part = translated(base, m, caps) if m else None
         if part is None:
-            part = _survey_of(explore_variant(v, variant(workload, spread, v), reduce, caps, graph, within))
+            w = variant(workload, spread, v)
+            part = survey_of_variant(w, reduce, caps, graph, within) or _survey_of(
+                explore_variant(v, w, reduce, caps, graph, within))
         if not m:
             base = part
         fold.merge(Fold.of(part))
