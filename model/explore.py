@@ -168,7 +168,7 @@ class FutureGraph:
     own 64-bit fingerprint (`SchedState.content_fingerprint`), so two
     different futures merge only when one of the two fingerprints collides
     (`pairs`: the pairs of nodes in the table now). `restart` forgets every
-    node; callers restart between variants past LIMIT nodes, which changes no
+    node; callers restart between variants once it is `full`, which changes no
     result.
 
     Of what is to come, the step itself reads only what is due now (arrivals
@@ -207,6 +207,11 @@ class FutureGraph:
     @property
     def nodes(self) -> int:
         return len(self.adjacent)
+
+    def full(self) -> bool:
+        """Past LIMIT nodes, or LIMIT sets of entries in `tails` (so that memory
+        does not grow with a family's size)."""
+        return max(self.nodes, len(self.tails)) > self.LIMIT
 
     def pairs(self) -> int:
         """Pairs of nodes in the fingerprint table now."""
@@ -413,8 +418,8 @@ class Exploration:
         """Breadth-first exploration of one variant, appended; clears `complete`
         and stops at the caps. `progress(states, queue)` every PROGRESS_EVERY
         states. A state is a step and a node of `graph` (with `merge`, the node);
-        without `merge`, a graph past its LIMIT is restarted first."""
-        if not self.merge and graph.nodes > graph.LIMIT:
+        without `merge`, a `full` graph is restarted first."""
+        if not self.merge and graph.full():
             graph.restart()
         timing = graph.timing(w, self.reduce)
         horizon = timing.horizon

@@ -45,9 +45,9 @@ def survey_of_variant(w: Workload, reduce: bool, caps: Caps, graph: FutureGraph,
     """Variant `w`'s survey, the same as exploring and analysing its graph; None
     when its tail has a cycle, or its states pass `caps.max_states`, or the
     process the memory cap (explore it then). `progress(states, queue)` every
-    PROGRESS_EVERY states of the head. A graph past its LIMIT is restarted
-    first, as exploring does."""
-    if graph.nodes > graph.LIMIT:
+    PROGRESS_EVERY states of the head. A `full` graph is restarted first, as
+    exploring does."""
+    if graph.full():
         graph.restart()
     timing = graph.timing(w, reduce)
     head = _Head(graph, timing, reduce)

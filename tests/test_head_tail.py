@@ -113,3 +113,16 @@ def test_tail_figures_on_hand_made_graphs() -> None:
                             sum(any(drained[m] for m in nx.descendants(g, n) | {n}) for n in reach),
                             max(distance.values()))
     assert cyclic >= 100 and acyclic >= 500
+
+
+def test_a_graph_is_full_past_its_limit_of_nodes_or_of_sets_of_entries(monkeypatch) -> None:
+    """So that the tails' figures, kept per set of entries, do not grow with
+    the family's size while its nodes stay few."""
+    monkeypatch.setattr(FutureGraph, "LIMIT", 3)
+    graph = FutureGraph()
+    graph.tails = {frozenset({n}): None for n in range(3)}
+    assert not graph.full()
+    graph.tails[frozenset({3})] = None
+    assert graph.full()
+    graph.restart()
+    assert not graph.full() and not graph.tails
