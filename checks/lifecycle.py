@@ -64,3 +64,44 @@ class Lifecycle(Check):
     @staticmethod
     def _alone(rid: str, status: dict[str, str]) -> bool:
         return not any(x != rid and s in (WAITING, RUNNING, PREEMPTED) for x, s in status.items())
+
+
+class Work(Check):
+    """Per request, its work is about positions that exist, in order: a prefill
+    covers positions of its prompt and of the tokens it has so far (start < end
+    <= prompt + tokens), at a depth from 1 to num_loops, and, since the request
+    was last admitted or resumed, starts no later than its prefills so far
+    reached (no position skipped; the first one after an admission may start
+    anywhere, as cached prefixes and snapshots are the system's own); a token's
+    index is the number of tokens the request has so far (counted from 0 again
+    after a preemption that drops them) and its exit depth from 1 to num_loops."""
+
+    name = "work"
+
+    def __init__(self) -> None:
+        self.reach: dict[str, int] = {}   # per request: the furthest end of its prefills since its admission
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        view, loops = driver.view, driver.cfg.num_loops
+        for e, tokens in zip(events, view.tokens_before, strict=True):
+            if e.kind in ("admit", "resume", "preempt"):
+                self.reach.pop(e.rid, None)
+            elif e.kind == "prefill":
+                start, end, depth = e.args
+                known = len(view.requests[e.rid].spec.prompt) + tokens
+                if not 0 <= start < end <= known:
+                    raise Violation("work", f"{e}: positions {start}..{end} of {e.rid}, which has {known} "
+                                            f"(prompt and tokens so far)")
+                if not 1 <= depth <= loops:
+                    raise Violation("work", f"{e}: depth {depth} outside 1..{loops}")
+                if start > self.reach.get(e.rid, start):
+                    raise Violation("work", f"{e}: {e.rid}'s prefills since its admission reach only "
+                                            f"{self.reach[e.rid]}, so positions {self.reach[e.rid]}..{start} "
+                                            "were skipped")
+                self.reach[e.rid] = max(end, self.reach.get(e.rid, end))
+            elif e.kind == "token":
+                index, _, depth = e.args
+                if index != tokens:
+                    raise Violation("work", f"{e}: token {index} of {e.rid}, which has {tokens} tokens so far")
+                if not 1 <= depth <= loops:
+                    raise Violation("work", f"{e}: exit depth {depth} outside 1..{loops}")

@@ -195,17 +195,21 @@ def directed_round(director: Director, factory: SutFactory, check_mode: str, out
                    start: float, result: CampaignResult, database: ExampleDatabase) -> None:
     """Run one round of window-directed workloads on the system, within the budget
     (stats.deadline): first (once per campaign) the failing ones the database
-    kept, then the round's. Keep the first violation in `result`, recorded like the
-    machine's, and save its workload in the database."""
+    kept, then the round's (but those whose config the system refuses). Keep
+    the first violation in `result`, recorded like the machine's, and save its
+    workload in the database."""
     saved = [] if director.round else sorted(database.fetch(DIRECTED_KEY))
     replays = [(workload_from_json(json.loads(v)), Counter()) for v in saved]
     for w, windows in replays + director.next_round(stats.deadline):
         StopRequest.check()
         if stats.deadline is not None and time.monotonic() >= stats.deadline:
             return
-        stats.examples += 1
         stats.new_example()
-        run = run_workload(w, factory, checks_for(check_mode), on_step=stats.note_step)
+        try:
+            run = run_workload(w, factory, checks_for(check_mode), on_step=stats.note_step)
+        except WorkloadError:
+            continue   # the system refuses this config, as it may refuse the machine's draws: the next workload
+        stats.examples += 1
         stats.windows.update(windows.keys())
         if run.violation is not None:
             record_failure(out, w, run.violation, run.driver.trace, f"loopcheck fuzz --check {check_mode}", stats,

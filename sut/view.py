@@ -31,6 +31,7 @@ class TraceView:
         self.open: dict[str, RequestView] = {}    # the unfinished ones, in submission order
         self.changed: dict[str, str] = {}         # statuses at the start of the last step, of its events' requests
         self.worked: set[str] = set()             # requests that ran prefill or decode in the last step
+        self.tokens_before: list[int] = []        # per event of the last step, its request's tokens before it
 
     def submit(self, spec: RequestSpec) -> None:
         self.requests[spec.rid] = self.open[spec.rid] = RequestView(spec)
@@ -43,8 +44,10 @@ class TraceView:
     def fold(self, events: list[Event]) -> None:
         self.changed = {}
         self.worked = set()
+        self.tokens_before = []
         for e in events:
             r = self.requests[e.rid]
+            self.tokens_before.append(r.generated)
             self.changed.setdefault(e.rid, r.status)
             if e.kind in ("prefill", "token"):
                 self.worked.add(e.rid)

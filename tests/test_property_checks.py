@@ -16,9 +16,11 @@ import pytest
 import sut.driver
 from checks.base import Violation
 from checks.suite import checks_for
+from fuzz.campaign import run_campaign
 from fuzz.pytest_plugin import run_machine
 from loopcheck.cli import main
 from model.config import Config
+from model.errors import WorkloadError
 from sut.driver import Overran, run_workload, watchdog
 from sut.torch_sut import TorchSUT
 from tests.engine_workloads import livelock_example
@@ -46,7 +48,8 @@ def test_the_clean_toy_breaks_no_property(tmp_path) -> None:
                                        # the extra token needs a block beyond the request's lifetime need:
                                        # either the count or the pointless preemption it causes shows first
                                        ("overshoot", {"lifecycle", "lone-preemption"}),
-                                       ("ignore-stop", {"lifecycle"}), ("self-preempt", {"lone-preemption"})])
+                                       ("ignore-stop", {"lifecycle"}), ("self-preempt", {"lone-preemption"}),
+                                       ("skip-position", {"work"}), ("chunk-overrun", {"work"})])
 def test_each_planted_bug_is_caught_by_its_property(bug, props, tmp_path) -> None:
     with pytest.raises(Violation) as caught:
         run_machine(toy(bug), max_examples=1000, shrink=False, out_dir=tmp_path)
@@ -147,3 +150,36 @@ def test_the_watchdog_stops_what_catches_exceptions_and_leaves_the_alarm_as_it_w
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_system_that_refuses_some_configs_is_fuzzed_on_the_others(tmp_path) -> None:
+    """A factory may refuse a config (WorkloadError; here vLLM's rule, a token
+    budget below the slots): the machine draws another and a directed round goes
+    on to its next workload; the campaign runs clean to its budget. Where the
+    system refuses the unconstrained config of the output check (here a pool
+    past 6 blocks), there is nothing to compare with, and the run passes."""
+    refused = []
+
+    def like_vllm(cfg: Config) -> ToyScheduler:
+        if cfg.max_num_batched_tokens < cfg.max_num_seqs:
+            refused.append(cfg)
+            raise WorkloadError("config.max_num_batched_tokens: this system needs at least max_num_seqs")
+        return ToyScheduler(cfg)
+    result = run_campaign("guarded", 6, 1, tmp_path, mode="random", factory=like_vllm, check_mode="property",
+                          batch_examples=5)
+    assert result.violation is None and result.interrupted is None
+    assert result.stats.examples > 20 and sum(result.stats.windows.values()) > 0   # directed rounds ran
+    assert refused
+
+    def small_pools(cfg: Config) -> ToyScheduler:
+        if cfg.num_blocks > 6:
+            refused.append(cfg)
+            raise WorkloadError("config.num_blocks: this system takes pools of up to 6 blocks")
+        return ToyScheduler(cfg)
+    refused.clear()
+    pinned = {k: v for k, v in PINNED.items() if k != "execution"}
+    w = workload(req("a", 4, 2), req("b", 4, 2), num_blocks=4, block_size=2, max_num_seqs=2,
+                 max_num_batched_tokens=8, prefill_chunk_size=4, **pinned)
+    run = run_workload(w, small_pools, checks_for("property"))
+    assert run.violation is None and run.drained
+    assert [cfg.num_blocks for cfg in refused] == [7]   # the unconstrained pool: both lifetimes and a spare page

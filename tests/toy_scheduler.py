@@ -1,7 +1,8 @@
 """A small third-party-style scheduler that does not share loopcheck's semantics
-(FCFS or priority queue, chunked prefill, incremental KV blocks, LIFO recompute
-preemption, no WCPB, no snapshots; under priority, the token budget goes to the
-most urgent waiting request before less urgent running ones), with bugs that can
+(FCFS or priority queue, chunked prefill, incremental KV blocks, recompute
+preemption of the last admitted running request, no WCPB, no snapshots; under
+priority, the least urgent running request is the one preempted, and the token
+budget goes to the most urgent waiting request before less urgent running ones), with bugs that can
 be switched on one at a time. The property checks must pass it clean and catch each bug without a
 reference model of it."""
 
@@ -17,7 +18,7 @@ from sut.protocol import Capabilities, Observation
 PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
               allocation="incremental", watermark_blocks=0, execution="mixed")
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
-        "overshoot", "ignore-stop", "self-preempt", "spin")
+        "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun")
 
 
 @dataclass
@@ -106,12 +107,16 @@ class ToyScheduler:
                 continue
             if head is not None and r.spec.key > head.spec.key and self._need(head, len(head.spec.prompt)) <= self.free:
                 continue   # the token budget goes to the more urgent waiting request first
-            n = min(cfg.prefill_chunk_size, len(r.spec.prompt) - r.computed) if r.computed < len(r.spec.prompt) else 1
+            left = len(r.spec.prompt) - r.computed if "chunk-overrun" not in self.bugs else cfg.prefill_chunk_size
+            n = min(cfg.prefill_chunk_size, left) if r.computed < len(r.spec.prompt) else 1
             n = min(n, budget) if "budget" not in self.bugs else n
             if n <= 0:
                 continue
             while self._need(r, r.computed + n) > self.free and self.running:
-                victim = self.running.pop()       # LIFO; may be r itself
+                # of those not in the batch yet, the last admitted, or under priority the least urgent; may be r
+                free_to_go = [v for v in self.running if not any(v is b for b, _ in batch)]
+                victim = max(free_to_go, key=lambda v: v.spec.key) if priority else free_to_go[-1]
+                self.running.remove(victim)
                 self._preempt(victim, events)
                 if victim is r:
                     break
@@ -147,6 +152,8 @@ class ToyScheduler:
             batch.append((r, n))
         for r, n in batch:
             start, r.computed = r.computed, r.computed + n
+            if "skip-position" in self.bugs and 0 < start < len(r.spec.prompt) - 1:
+                start += 1   # a continued prefill leaves out its first position
             if start < len(r.spec.prompt):
                 events.append(Event("prefill", r.spec.rid, (start, r.computed, 1)))
             if r.computed >= len(r.spec.prompt) + len(r.tokens):
