@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 
 from checks.base import Check, Violation
 from checks.needs import lifetime_blocks
+from model.config import Config
 from model.events import Event
-from sut.protocol import Observation
-from sut.view import AFTER, PREEMPTED, RUNNING, SUBMITTED, WAITING
+from sut.protocol import Capabilities, Observation
+from sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, SUBMITTED, WAITING
 
 if TYPE_CHECKING:
     from sut.driver import Driver
@@ -105,3 +106,33 @@ class Work(Check):
                     raise Violation("work", f"{e}: token {index} of {e.rid}, which has {tokens} tokens so far")
                 if not 1 <= depth <= loops:
                     raise Violation("work", f"{e}: exit depth {depth} outside 1..{loops}")
+
+
+class Aborts(Check):
+    """An abort takes effect at the start of the next step (the protocol's
+    contract): a request aborted while unfinished has finished when that step
+    ends, as aborted (or rejected, when it arrived in that step and never fit)."""
+
+    name = "abort"
+
+    def __init__(self) -> None:
+        self.aborted: list[str] = []   # aborted since the last step, unfinished then
+
+    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
+        return None if caps.abort else "the system takes no aborts (capabilities.abort)"
+
+    def on_input(self, driver: Driver, kind: str, rid: str) -> None:
+        if kind == "abort":
+            self.aborted.append(rid)
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        reasons = {e.rid: e.args[0] for e in events if e.kind == "finish"}
+        for rid in self.aborted:
+            status = driver.view.requests[rid].status
+            if status != FINISHED:
+                raise Violation("abort", f"{rid} was aborted before step {driver.t - 1} and is still {status} "
+                                         "after it")
+            if rid in reasons and reasons[rid] not in ("abort", "rejected"):
+                raise Violation("abort", f"{rid} was aborted before step {driver.t - 1} and finished in it for "
+                                         f"{reasons[rid]}")
+        self.aborted = []

@@ -49,9 +49,16 @@ def load_factory(spec: str) -> SutFactory:
 
 def capabilities_of(factory: SutFactory, cfg: Config | None = None) -> Capabilities:
     """The capabilities of a system the factory builds (on `cfg`, default Config());
+    WorkloadError if the factory refuses that config (saying, for the default,
+    that loopcheck builds the system on it once to read what it supports),
     ProtocolError if it builds something that is not a SUT."""
     try:
         sut: Any = factory(cfg or Config())
+    except WorkloadError as exc:
+        if cfg is not None:
+            raise
+        raise WorkloadError(f"the system refuses the default config, on which loopcheck builds it once to read "
+                            f"its capabilities: {exc}") from exc
     except Exception as exc:  # noqa: BLE001
         raise ProtocolError("factory(config) builds a system", f"{type(exc).__name__}: {exc}") from exc
     return check_sut(sut).capabilities

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from model.errors import WorkloadError
 from model.events import Event, RequestOutput
 from sut.model_sut import ModelSUT
 
@@ -108,6 +109,13 @@ class NoObserve:
 
 def raises_on_build(cfg):
     raise RuntimeError("cannot build")
+
+
+def small_pools_only(cfg):
+    """Refuses pools past 16 blocks (the default config's and the example's are larger)."""
+    if cfg.num_blocks > 16:
+        raise WorkloadError("config.num_blocks: this system takes pools of up to 16 blocks")
+    return ModelSUT(cfg)
 
 
 class Spins(ModelSUT):

@@ -49,7 +49,8 @@ def test_the_clean_toy_breaks_no_property(tmp_path) -> None:
                                        # either the count or the pointless preemption it causes shows first
                                        ("overshoot", {"lifecycle", "lone-preemption"}),
                                        ("ignore-stop", {"lifecycle"}), ("self-preempt", {"lone-preemption"}),
-                                       ("skip-position", {"work"}), ("chunk-overrun", {"work"})])
+                                       ("skip-position", {"work"}), ("chunk-overrun", {"work"}),
+                                       ("lost-abort", {"abort"})])
 def test_each_planted_bug_is_caught_by_its_property(bug, props, tmp_path) -> None:
     with pytest.raises(Violation) as caught:
         run_machine(toy(bug), max_examples=1000, shrink=False, out_dir=tmp_path)

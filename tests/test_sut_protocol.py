@@ -76,6 +76,17 @@ def test_the_cli_gives_one_line_and_exit_2(factory, words, capsys) -> None:
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and words in err
 
 
+def test_a_refused_config_is_bad_input_not_a_broken_protocol(capsys) -> None:
+    """A system may refuse a config (WorkloadError): a workload's, and the default
+    one loopcheck reads capabilities on, each give one line naming the refusal."""
+    assert main(["replay", EXAMPLE, "--adapter", f"{BROKEN}:small_pools_only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "takes pools of up to 16 blocks" in err[0] and "protocol" not in err[0]
+    assert main(["fuzz", "--adapter", f"{BROKEN}:small_pools_only", "--budget-seconds", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the system refuses the default config, on which loopcheck builds it once" in err[0]
+
+
 def test_bad_adapter_specs_are_one_line(capsys) -> None:
     for spec in ("nonsense", "no_such_module_xyz:f", "nowhere.py:f"):
         assert main(["simulate", EXAMPLE, "--adapter", spec]) == 2

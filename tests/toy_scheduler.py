@@ -18,7 +18,7 @@ from sut.protocol import Capabilities, Observation
 PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
               allocation="incremental", watermark_blocks=0, execution="mixed")
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
-        "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun")
+        "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort")
 
 
 @dataclass
@@ -88,7 +88,7 @@ class ToyScheduler:
             r = self.reqs[rid]
             if "crash-on-abort" in self.bugs and r in self.waiting:
                 raise RuntimeError("abort of a waiting request")
-            if r.done is None:
+            if r.done is None and not ("lost-abort" in self.bugs and r in self.waiting):
                 events.append(Event("abort", rid))
                 self._finish(r, "abort", events)
         self.aborting = []
