@@ -111,7 +111,8 @@ class Work(Check):
 class Aborts(Check):
     """An abort takes effect at the start of the next step (the protocol's
     contract): a request aborted while unfinished has finished when that step
-    ends, as aborted (or rejected, when it arrived in that step and never fit)."""
+    ends, as aborted or rejected (a request arriving in that step may be
+    rejected first)."""
 
     name = "abort"
 

@@ -268,7 +268,6 @@ class FutureGraph:
             found = self.adjacent[n] = tuple((m, c, p) for m, (c, p) in out.items())
         return found
 
-
     def steps(self, state: SchedState, content: int, t: int, timing: Timing,
               reduce: bool) -> list[tuple[SchedState, int, int, int]]:
         """The `canonical_successors` of `state` (fingerprint `content`; its own

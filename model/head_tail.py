@@ -56,7 +56,7 @@ def survey_of_variant(w: Workload, reduce: bool, caps: Caps, graph: FutureGraph,
     tail = tail_of(graph, frozenset(head.entries), timing, reduce)
     if tail is None or head.states + tail.states > caps.max_states or caps.memory_exceeded():
         return None
-    can_drain, steps, preemptions = head.drains()
+    can_drain, steps, preemptions = head.drain_figures()
     states, transitions = head.states + tail.states, head.transitions + tail.transitions
     return Survey(states, transitions, timing.horizon + tail.eccentricity, sum(head.drained) + tail.drained, True,
                   Liveness(False, None, 0, 0, can_drain + tail.can_drain, steps, preemptions),
@@ -123,7 +123,7 @@ class _Head:
             level = found
         return True
 
-    def drains(self) -> tuple[int, int, int]:
+    def drain_figures(self) -> tuple[int, int, int]:
         """Head states that can drain, and the most steps and preemptions to a
         drained state from the root (which reaches every state, so these are
         the most from any), entries' figures from `drains`."""
@@ -145,7 +145,7 @@ def tail_of(graph: FutureGraph, entries: frozenset[int], timing: Timing, reduce:
     drained node's self-loop). Worked out once per set of entries (per graph)."""
     if entries in graph.tails:
         return graph.tails[entries]
-    if any(drains(graph, n, timing, reduce) is None for n in entries):
+    if any(drains(graph, n, timing, reduce) is None for n in sorted(entries)):
         found = None
     else:
         distance = dict.fromkeys(sorted(entries), 0)
