@@ -4,7 +4,8 @@ A system under test (SUT) is built by a factory from a `Config` and answers four
 verbs:
 
 - `add(spec)`: submit a request; it arrives at the start of the next step;
-- `abort(rid)`: abort it at the start of the next step (ignored once finished);
+- `abort(rid)`: abort it at the start of the next step, after that step's
+  arrivals (ignored once finished);
 - `step()`: run one scheduler step and return its events, a list of
   `model.events.Event` in the vocabulary of model/events.py;
 - `observe()`: an `Observation` of what the SUT can report;
