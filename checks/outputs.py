@@ -10,6 +10,7 @@ from checks.base import Check, Violation
 from checks.needs import lifetime_blocks, never_fits
 from model.config import Config
 from model.errors import WorkloadError
+from model.events import RequestOutput
 from model.workload import Workload
 from sut.protocol import Observation
 
@@ -69,3 +70,22 @@ class OutputEquivalence(Check):
                 raise Violation("output-equivalence", f"{s.rid}: {got_o} differs from the unconstrained run {want_o}")
             if caps.fingerprints and same_pool and obs.fingerprints.get(s.rid) != want.fingerprints.get(s.rid):
                 raise Violation("output-equivalence", f"{s.rid}: output bits differ from the unconstrained run")
+
+
+class ReportedOutputs(Check):
+    """At the end of a run, what the system reports of each request (its
+    observation's outputs) is what its events said: the token IDs and exit
+    depths of its token events (since a preemption that dropped its tokens) and
+    the reason of its finish event."""
+
+    name = "reported-outputs"
+
+    def at_end(self, driver: Driver, obs: Observation) -> None:
+        for rid, r in driver.view.requests.items():
+            out = obs.outputs.get(rid)
+            if out is None:
+                continue
+            events = RequestOutput(rid, r.token_ids, r.exit_depths, r.finish).to_json()
+            if out.to_json() != events:
+                raise Violation("reported-outputs", f"{rid}: the system reports {out.to_json()}, its events "
+                                                    f"said {events}")

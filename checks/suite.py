@@ -13,7 +13,7 @@ from checks.futility import GuardedFutility
 from checks.lifecycle import Aborts, Lifecycle, Work
 from checks.liveness import NeverFitRejected, PriorityWaiting, Progress
 from checks.lockstep import Lockstep, ModelBounds
-from checks.outputs import OutputEquivalence
+from checks.outputs import OutputEquivalence, ReportedOutputs
 from checks.rules import DocumentedRules
 from checks.safety import Caps, KvConservation
 
@@ -23,7 +23,7 @@ MODES = ("property", "lockstep")
 def property_checks(outputs: bool = True) -> list[Check]:
     """Fresh instances of every property check (checks hold per-run state)."""
     checks: list[Check] = [Lifecycle(), Work(), Aborts(), Caps(), KvConservation(), Progress(), NeverFitRejected(),
-                           PriorityWaiting(), GuardedFutility(), DocumentedRules()]
+                           PriorityWaiting(), GuardedFutility(), DocumentedRules(), ReportedOutputs()]
     return checks + ([OutputEquivalence()] if outputs else [])
 
 

@@ -6,7 +6,7 @@ checks read it instead of the SUT's internals.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from model.events import Event
 from model.workload import RequestSpec
@@ -20,7 +20,13 @@ AFTER = {"arrive": WAITING, "admit": RUNNING, "resume": RUNNING, "preempt": PREE
 class RequestView:
     spec: RequestSpec
     status: str = SUBMITTED
-    generated: int = 0
+    token_ids: list[int] = field(default_factory=list)     # its tokens (since a preemption that dropped them)
+    exit_depths: list[int] = field(default_factory=list)
+    finish: str | None = None
+
+    @property
+    def generated(self) -> int:
+        return len(self.token_ids)
 
 
 class TraceView:
@@ -52,12 +58,14 @@ class TraceView:
             if e.kind in ("prefill", "token"):
                 self.worked.add(e.rid)
             if e.kind == "token":
-                r.generated += 1
+                r.token_ids.append(e.args[1])
+                r.exit_depths.append(e.args[2])
             elif e.kind == "preempt" and not e.args[1]:
-                r.generated = 0
+                r.token_ids, r.exit_depths = [], []
             if e.kind in AFTER and r.status != FINISHED:
                 r.status = AFTER[e.kind]
                 if r.status == FINISHED:
+                    r.finish = e.args[0]
                     del self.open[e.rid]
 
     def running(self) -> int:

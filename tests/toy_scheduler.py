@@ -18,7 +18,8 @@ from sut.protocol import Capabilities, Observation
 PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
               allocation="incremental", watermark_blocks=0, execution="mixed")
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
-        "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort")
+        "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
+        "unreported-stop")
 
 
 @dataclass
@@ -171,7 +172,10 @@ class ToyScheduler:
         held = sum(r.blocks for r in self.reqs.values())
         errors = [] if self.free + held == self.cfg.num_blocks else [
             f"free {self.free} + held {held} != {self.cfg.num_blocks}"]
-        outputs = {rid: RequestOutput(rid, list(r.tokens), [1] * len(r.tokens), r.done) for rid, r in self.reqs.items()}
+        shown = {rid: r.tokens[:-1] if "unreported-stop" in self.bugs and r.done == "stop" else r.tokens
+                 for rid, r in self.reqs.items()}   # the bug leaves a stop token out of what it reports
+        outputs = {rid: RequestOutput(rid, list(shown[rid]), [1] * len(shown[rid]), r.done)
+                   for rid, r in self.reqs.items()}
         key = (tuple((rid, r.computed, r.blocks, len(r.tokens), r.done) for rid, r in self.reqs.items()),
                tuple(r.spec.rid for r in self.waiting), tuple(r.spec.rid for r in self.running), self.free)
         return Observation(blocks_held=self.cfg.num_blocks - self.free, kv_errors=errors, outputs=outputs,
