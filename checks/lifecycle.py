@@ -127,6 +127,8 @@ class Aborts(Check):
             self.aborted.append(rid)
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        if not self.aborted:
+            return
         reasons = {e.rid: e.args[0] for e in events if e.kind == "finish"}
         for rid in self.aborted:
             status = driver.view.requests[rid].status
