@@ -71,23 +71,19 @@ class Work(Check):
     """Per request, its work is about positions that exist, in order: a prefill
     covers positions of its prompt and of the tokens it has so far (start < end
     <= prompt + tokens), at a depth from 1 to num_loops, and, since the request
-    was last admitted or resumed, starts no later than its prefills so far
-    reached (no position skipped; the first one after an admission may start
-    anywhere, as cached prefixes and snapshots are the system's own); a token's
-    index is the number of tokens the request has so far (counted from 0 again
-    after a preemption that drops them) and its exit depth from 1 to num_loops."""
+    was last admitted or resumed, starts no later than its work so far reached
+    (`RequestView.reach`: no position skipped; the first one after an admission
+    may start anywhere, as cached prefixes and snapshots are the system's own); a
+    token's index is the number of tokens the request has so far (counted from 0
+    again after a preemption that drops them) and its exit depth from 1 to
+    num_loops."""
 
     name = "work"
 
-    def __init__(self) -> None:
-        self.reach: dict[str, int] = {}   # per request: the furthest end of its prefills since its admission
-
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         view, loops = driver.view, driver.cfg.num_loops
-        for e, tokens in zip(events, view.tokens_before, strict=True):
-            if e.kind in ("admit", "resume", "preempt"):
-                self.reach.pop(e.rid, None)
-            elif e.kind == "prefill":
+        for e, tokens, reach in zip(events, view.tokens_before, view.reach_before, strict=True):
+            if e.kind == "prefill":
                 start, end, depth = e.args
                 known = len(view.requests[e.rid].spec.prompt) + tokens
                 if not 0 <= start < end <= known:
@@ -95,11 +91,9 @@ class Work(Check):
                                             f"(prompt and tokens so far)")
                 if not 1 <= depth <= loops:
                     raise Violation("work", f"{e}: depth {depth} outside 1..{loops}")
-                if start > self.reach.get(e.rid, start):
-                    raise Violation("work", f"{e}: {e.rid}'s prefills since its admission reach only "
-                                            f"{self.reach[e.rid]}, so positions {self.reach[e.rid]}..{start} "
-                                            "were skipped")
-                self.reach[e.rid] = max(end, self.reach.get(e.rid, end))
+                if reach is not None and start > reach:
+                    raise Violation("work", f"{e}: {e.rid}'s work since its admission reaches only {reach}, so "
+                                            f"positions {reach}..{start} were skipped")
             elif e.kind == "token":
                 index, _, depth = e.args
                 if index != tokens:

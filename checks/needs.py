@@ -4,11 +4,14 @@ judge any scheduler against it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from model.config import Config
 from model.reference import ceil_div, never_fits, total_pages
 from model.workload import RequestSpec
+from sut.view import RequestView
 
-__all__ = ["admission_blocks", "lifetime_blocks", "never_fits"]
+__all__ = ["admission_blocks", "covered_blocks", "lifetime_blocks", "never_fits"]
 
 
 def lifetime_blocks(spec: RequestSpec, cfg: Config) -> int:
@@ -24,3 +27,20 @@ def admission_blocks(spec: RequestSpec, generated: int, cfg: Config) -> int:
     if cfg.allocation == "upfront":
         return lifetime_blocks(spec, cfg)
     return ceil_div(len(spec.prompt) + generated, cfg.block_size) * cfg.planes
+
+
+def covered_blocks(running: Iterable[RequestView], cfg: Config) -> int:
+    """The fewest blocks that hold the KV the trace says running requests have:
+    every page under a request's `reach`, each costing `planes` blocks, a page
+    counted once per request, or, with prefix caching, a full page once per
+    content (the tokens up to its end), as requests with the same prefix may
+    share it (a partial page is never shared)."""
+    pages: set[object] = set()
+    bs = cfg.block_size
+    for r in running:
+        reach = r.reach or 0
+        content = (*r.spec.prompt, *r.token_ids)
+        for k in range(ceil_div(reach, bs)):
+            end = (k + 1) * bs
+            pages.add(content[:end] if cfg.prefix_caching and end <= reach else (r.spec.rid, k))
+    return len(pages) * cfg.planes

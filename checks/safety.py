@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from checks.base import Check, Violation
+from checks.needs import covered_blocks
 from model.config import Config
 from model.events import Event
 from model.invariants import batch_tokens
 from sut.protocol import Capabilities, Observation
+from sut.view import RUNNING
 
 if TYPE_CHECKING:
     from sut.driver import Driver
@@ -33,8 +35,10 @@ class Caps(Check):
 
 
 class KvConservation(Check):
-    """The SUT's KV accounting is sound every step, and nothing is held once every
-    request has finished."""
+    """The SUT's KV accounting is sound every step, it holds at least the blocks
+    of the KV its running requests have by the trace (`covered_blocks`: a
+    request cannot attend to positions it holds no blocks for), and nothing is
+    held once every request has finished."""
 
     name = "kv-conservation"
 
@@ -50,6 +54,12 @@ class KvConservation(Check):
         if obs.blocks_held > driver.cfg.num_blocks or obs.blocks_held < 0:
             raise Violation("kv-conservation", f"{obs.blocks_held} blocks held of a pool of "
                                                f"{driver.cfg.num_blocks}")
+        running = [r for r in driver.view.open.values() if r.status == RUNNING]
+        covered = covered_blocks(running, driver.cfg)
+        if obs.blocks_held < covered:
+            reached = ", ".join(f"{r.spec.rid} {r.reach}" for r in running if r.reach)
+            raise Violation("kv-coverage", f"the running requests have KV for positions ({reached}) that take "
+                                           f"at least {covered} blocks, but {obs.blocks_held} are held")
 
     def at_end(self, driver: Driver, obs: Observation) -> None:
         if obs.blocks_held:

@@ -23,6 +23,10 @@ class RequestView:
     token_ids: list[int] = field(default_factory=list)     # its tokens (since a preemption that dropped them)
     exit_depths: list[int] = field(default_factory=list)
     finish: str | None = None
+    # The positions its KV covers by the trace since it was last admitted or
+    # resumed: the furthest of its prefills' ends and, for its token g, prompt +
+    # g (the positions before the token's own); None: no work since.
+    reach: int | None = None
 
     @property
     def generated(self) -> int:
@@ -38,6 +42,7 @@ class TraceView:
         self.changed: dict[str, str] = {}         # statuses at the start of the last step, of its events' requests
         self.worked: set[str] = set()             # requests that ran prefill or decode in the last step
         self.tokens_before: list[int] = []        # per event of the last step, its request's tokens before it
+        self.reach_before: list[int | None] = []  # per event of the last step, its request's reach before it
 
     def submit(self, spec: RequestSpec) -> None:
         self.requests[spec.rid] = self.open[spec.rid] = RequestView(spec)
@@ -51,12 +56,18 @@ class TraceView:
         self.changed = {}
         self.worked = set()
         self.tokens_before = []
+        self.reach_before = []
         for e in events:
             r = self.requests[e.rid]
             self.tokens_before.append(r.generated)
+            self.reach_before.append(r.reach)
             self.changed.setdefault(e.rid, r.status)
             if e.kind in ("prefill", "token"):
                 self.worked.add(e.rid)
+                end = e.args[1] if e.kind == "prefill" else len(r.spec.prompt) + r.generated
+                r.reach = max(end, r.reach or 0)
+            elif e.kind in AFTER:
+                r.reach = None
             if e.kind == "token":
                 r.token_ids.append(e.args[1])
                 r.exit_depths.append(e.args[2])

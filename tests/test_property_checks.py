@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -15,14 +16,17 @@ import pytest
 
 import sut.driver
 from checks.base import Violation
+from checks.needs import covered_blocks
 from checks.suite import checks_for
 from fuzz.campaign import run_campaign
 from fuzz.pytest_plugin import run_machine
 from loopcheck.cli import main
 from model.config import Config
 from model.errors import WorkloadError
+from model.workload import RequestSpec
 from sut.driver import Overran, run_workload, watchdog
 from sut.torch_sut import TorchSUT
+from sut.view import RUNNING, RequestView
 from tests.engine_workloads import livelock_example
 from tests.helpers import req, workload
 from tests.toy_scheduler import PINNED, ToyScheduler
@@ -50,7 +54,8 @@ def test_the_clean_toy_breaks_no_property(tmp_path) -> None:
                                        ("overshoot", {"lifecycle", "lone-preemption"}),
                                        ("ignore-stop", {"lifecycle"}), ("self-preempt", {"lone-preemption"}),
                                        ("skip-position", {"work"}), ("chunk-overrun", {"work"}),
-                                       ("lost-abort", {"abort"}), ("unreported-stop", {"reported-outputs"})])
+                                       ("lost-abort", {"abort"}), ("unreported-stop", {"reported-outputs"}),
+                                       ("short-alloc", {"kv-coverage"})])
 def test_each_planted_bug_is_caught_by_its_property(bug, props, tmp_path) -> None:
     with pytest.raises(Violation) as caught:
         run_machine(toy(bug), max_examples=1000, shrink=False, out_dir=tmp_path)
@@ -184,3 +189,20 @@ def test_a_system_that_refuses_some_configs_is_fuzzed_on_the_others(tmp_path) ->
     run = run_workload(w, small_pools, checks_for("property"))
     assert run.violation is None and run.drained
     assert [cfg.num_blocks for cfg in refused] == [7]   # the unconstrained pool: both lifetimes and a spare page
+
+
+def test_the_kv_floor_counts_a_shared_full_page_once_by_its_content() -> None:
+    """Pages under each running request's reach: a partial page is its own; with
+    prefix caching a full page is one per content (prompt and tokens up to its
+    end), so a request whose token completes another's prompt page shares it."""
+    def running(rid: str, prompt: tuple[int, ...], reach: int, tokens: tuple[int, ...] = ()) -> RequestView:
+        return RequestView(RequestSpec(rid, prompt, 4), RUNNING, list(tokens), [1] * len(tokens), reach=reach)
+
+    views = [running("a", (1, 2, 3, 4, 5), 5),      # [1 2] [1 2 3 4] and a partial page
+             running("b", (1, 2, 3, 9), 4),         # [1 2] shared, [1 2 3 9] its own
+             running("c", (1, 2, 3), 4, (4,))]      # its token 4 completes the page [1 2 3 4]
+    cached = Config(block_size=2, prefix_caching=True, kv_layout="shared")
+    assert covered_blocks(views, cached) == 4
+    assert covered_blocks(views, replace(cached, prefix_caching=False)) == 3 + 2 + 2
+    assert covered_blocks(views, replace(cached, kv_layout="last_exited", num_loops=2)) == 4 * 2
+    assert covered_blocks([running("d", (1, 2, 3), 0)], cached) == 0   # no work since its admission

@@ -19,7 +19,7 @@ PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshot
               allocation="incremental", watermark_blocks=0, execution="mixed")
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
         "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
-        "unreported-stop")
+        "unreported-stop", "short-alloc")
 
 
 @dataclass
@@ -52,7 +52,8 @@ class ToyScheduler:
         self.aborting.append(rid)
 
     def _need(self, r: Req, positions: int) -> int:
-        return max(0, -(-positions // self.cfg.block_size) - r.blocks)
+        pages = positions // self.cfg.block_size if "short-alloc" in self.bugs else -(-positions // self.cfg.block_size)
+        return max(0, pages - r.blocks)   # the bug leaves a partly used last block out
 
     def _release(self, r: Req) -> None:
         if "leak" not in self.bugs or r.done is None:
