@@ -290,6 +290,9 @@ class Director:
             steps_left -= len(moments.states)
             return opened, moments
 
+        def kept(w: Workload) -> bool:   # the shape may promise only requests that fit the pool
+            return self.shape.oversized != OFF or not any(never_fits(r, w.config) for r in w.requests)
+
         for w in drawn:
             if deadline is not None and time.monotonic() >= deadline:
                 return []
@@ -297,12 +300,11 @@ class Director:
                 break
             opened, moments = read(w)
             for variant in [w] + variants(w, moments, self.rng, self.shape):
-                for candidate in [variant] + pool_sizes(variant):
-                    if self.shape.oversized == OFF and any(never_fits(r, candidate.config) for r in candidate.requests):
-                        continue    # the shape promises only requests that fit the pool
+                for candidate in filter(kept, [variant] + pool_sizes(variant)):
                     windows, later = (opened, moments) if candidate is w else read(candidate)
                     extra = readmission_variants(candidate, later, self.rng, self.shape) if follow_ups_left > 0 else []
                     follow_ups_left -= len(extra)
+                    extra = list(filter(kept, extra))
                     found += [(c, o) for c, o in [(candidate, windows)] + [(f, read(f)[0]) for f in extra] if o]
         chosen = []
         for _ in range(min(self.runs, len(found))):

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import random
 
+import fuzz.directed
 from fuzz.campaign import directed_configs, run_campaign
 from fuzz.directed import Director, sized_arrival, variants, windows_of
 from fuzz.strategies import Shape
 from model.config import Config
+from model.reference import never_fits
 from model.workload import RequestSpec, Workload
 
 # j prefills an 8-token prompt two tokens a step; v holds one page; i arrives more
@@ -52,6 +54,24 @@ def test_variants_keep_to_the_shape() -> None:
     for v in variants(FUTILE, moments, rng, calm):
         assert all(r.abort_at is None for r in v.requests)
         assert {r.priority for r in v.requests[len(FUTILE.requests):]} <= {FUTILE.requests[0].priority}
+
+
+def test_directed_rounds_keep_every_request_within_the_pool_when_oversized_is_off(monkeypatch) -> None:
+    """Follow-up arrivals are sized from the pages a moment holds, which can pass
+    the pool (here: always, where the workload opens a window); with oversized
+    off a round drops such a workload, as it drops a drawn one."""
+    def oversized_follow_up(w: Workload, *_) -> list[Workload]:
+        huge = RequestSpec("huge", (1,) * (w.config.max_positions + 1), 1)
+        return [Workload(w.config, w.requests + (huge,))] if windows_of(w)[0] else []
+
+    monkeypatch.setattr(fuzz.directed, "readmission_variants", oversized_follow_up)
+
+    def never_fitting(shape: Shape) -> int:
+        d = Director(directed_configs("random", "guarded", {}), 6, 13, shape, runs=10_000)   # every candidate runs
+        return sum(any(never_fits(r, w.config) for r in w.requests) for _ in range(2) for w, _ in d.next_round())
+
+    assert never_fitting(Shape.parse("oversized=on")) > 0
+    assert never_fitting(Shape.parse("oversized=off")) == 0
 
 
 def test_director_rounds_are_deterministic_and_reach_rare_windows() -> None:
