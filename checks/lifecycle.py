@@ -74,16 +74,21 @@ class Work(Check):
     was last admitted or resumed, starts no later than its work so far reached
     (`RequestView.reach`: no position skipped; the first one after an admission
     may start anywhere, as cached prefixes and snapshots are the system's own); a
-    token's index is the number of tokens the request has so far (counted from 0
-    again after a preemption that drops them) and its exit depth from 1 to
-    num_loops."""
+    token's index g is the number of tokens the request has so far (counted from 0
+    again after a preemption that drops them), its exit depth from 1 to
+    num_loops, and, unless it is the request's first work since its admission, its
+    input position prompt + g - 1 was computed, by a prefill of the step that
+    reached past it or else by the token's own decode after earlier work reached
+    it (no token before its prompt is computed)."""
 
     name = "work"
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         view, loops = driver.view, driver.cfg.num_loops
+        prefilled: set[str] = set()   # requests with a prefill so far in the step
         for e, tokens, reach in zip(events, view.tokens_before, view.reach_before, strict=True):
             if e.kind == "prefill":
+                prefilled.add(e.rid)
                 start, end, depth = e.args
                 known = len(view.requests[e.rid].spec.prompt) + tokens
                 if not 0 <= start < end <= known:
@@ -98,6 +103,11 @@ class Work(Check):
                 index, _, depth = e.args
                 if index != tokens:
                     raise Violation("work", f"{e}: token {index} of {e.rid}, which has {tokens} tokens so far")
+                needed = len(view.requests[e.rid].spec.prompt) + tokens - (e.rid not in prefilled)
+                if reach is not None and reach < needed:
+                    raise Violation("work", f"{e}: {e.rid}'s work since its admission reaches only {reach}, so "
+                                            f"positions {reach}..{needed} were not computed before its token "
+                                            f"{index}")
                 if not 1 <= depth <= loops:
                     raise Violation("work", f"{e}: exit depth {depth} outside 1..{loops}")
 

@@ -55,7 +55,7 @@ def test_the_clean_toy_breaks_no_property(tmp_path) -> None:
                                        ("ignore-stop", {"lifecycle"}), ("self-preempt", {"lone-preemption"}),
                                        ("skip-position", {"work"}), ("chunk-overrun", {"work"}),
                                        ("lost-abort", {"abort"}), ("unreported-stop", {"reported-outputs"}),
-                                       ("short-alloc", {"kv-coverage"})])
+                                       ("short-alloc", {"kv-coverage"}), ("early-token", {"work"})])
 def test_each_planted_bug_is_caught_by_its_property(bug, props, tmp_path) -> None:
     with pytest.raises(Violation) as caught:
         run_machine(toy(bug), max_examples=1000, shrink=False, out_dir=tmp_path)

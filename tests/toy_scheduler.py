@@ -19,7 +19,7 @@ PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshot
               allocation="incremental", watermark_blocks=0, execution="mixed")
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
         "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
-        "unreported-stop", "short-alloc")
+        "unreported-stop", "short-alloc", "early-token")
 
 
 @dataclass
@@ -158,7 +158,8 @@ class ToyScheduler:
                 start += 1   # a continued prefill leaves out its first position
             if start < len(r.spec.prompt):
                 events.append(Event("prefill", r.spec.rid, (start, r.computed, 1)))
-            if r.computed >= len(r.spec.prompt) + len(r.tokens):
+            early = "early-token" in self.bugs and start < len(r.spec.prompt) and not r.tokens   # a token per chunk
+            if r.computed >= len(r.spec.prompt) + len(r.tokens) or early:
                 salt = len(batch) if "batch-dependent-token" in self.bugs else 0
                 tok = (sum(r.spec.prompt) + 7 * len(r.tokens) + salt) % 64
                 events.append(Event("token", r.spec.rid, (len(r.tokens), tok, 1)))
