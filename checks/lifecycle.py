@@ -70,16 +70,15 @@ class Lifecycle(Check):
 class Work(Check):
     """Per request, its work is about positions that exist, in order: a prefill
     covers positions of its prompt and of the tokens it has so far (start < end
-    <= prompt + tokens), at a depth from 1 to num_loops, and, since the request
-    was last admitted or resumed, starts no later than its work so far reached
-    (`RequestView.reach`: no position skipped; the first one after an admission
-    may start anywhere, as cached prefixes and snapshots are the system's own); a
+    <= prompt + tokens), at a depth from 1 to num_loops, and starts no later than
+    what the request has since it was last admitted or resumed reaches
+    (`RequestView.reach`: the prefix-cache hit pages and restored positions its
+    admission or resumption reported, then its work): no position is skipped. A
     token's index g is the number of tokens the request has so far (counted from 0
     again after a preemption that drops them), its exit depth from 1 to
-    num_loops, and, unless it is the request's first work since its admission, its
-    input position prompt + g - 1 was computed, by a prefill of the step that
-    reached past it or else by the token's own decode after earlier work reached
-    it (no token before its prompt is computed)."""
+    num_loops, and its input position prompt + g - 1 was computed, by a prefill
+    of the step that reached past it, or else by the token's own decode, after
+    which the request reached it (no token before its prompt is computed)."""
 
     name = "work"
 
@@ -97,17 +96,17 @@ class Work(Check):
                 if not 1 <= depth <= loops:
                     raise Violation("work", f"{e}: depth {depth} outside 1..{loops}")
                 if reach is not None and start > reach:
-                    raise Violation("work", f"{e}: {e.rid}'s work since its admission reaches only {reach}, so "
-                                            f"positions {reach}..{start} were skipped")
+                    raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
+                                            f"reach only {reach}, so positions {reach}..{start} were skipped")
             elif e.kind == "token":
                 index, _, depth = e.args
                 if index != tokens:
                     raise Violation("work", f"{e}: token {index} of {e.rid}, which has {tokens} tokens so far")
                 needed = len(view.requests[e.rid].spec.prompt) + tokens - (e.rid not in prefilled)
                 if reach is not None and reach < needed:
-                    raise Violation("work", f"{e}: {e.rid}'s work since its admission reaches only {reach}, so "
-                                            f"positions {reach}..{needed} were not computed before its token "
-                                            f"{index}")
+                    raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
+                                            f"reach only {reach}, so positions {reach}..{needed} were not computed "
+                                            f"before its token {index}")
                 if not 1 <= depth <= loops:
                     raise Violation("work", f"{e}: exit depth {depth} outside 1..{loops}")
 

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 #   abort ()                        aborted; everything it held is released
 #   admit (hit_pages,)              fresh admission with that many prefix-cache hits
 #   resume (hit_pages, restored)    preempted request runs again; restored = positions
-#                                   taken back from its CPU snapshot
+#                                   taken back from its CPU snapshot past the hit pages
 #   preempt (by_rid, snapshot)      evicted from the running set for `by_rid`
 #   rewind (frontier,)              unfinished WCPB chunk rolled back to the frontier
 #   prefill (start, end, depth)     chunk [start, end) ran depth `depth` (1-based);

@@ -23,9 +23,11 @@ class RequestView:
     token_ids: list[int] = field(default_factory=list)     # its tokens (since a preemption that dropped them)
     exit_depths: list[int] = field(default_factory=list)
     finish: str | None = None
-    # The positions its KV covers by the trace since it was last admitted or
-    # resumed: the furthest of its prefills' ends and, for its token g, prompt +
-    # g (the positions before the token's own); None: no work since.
+    # The positions its KV covers by the trace while it runs: from its admission or
+    # resumption, its prefix-cache hit pages and restored positions (the event's
+    # args), then the furthest of its prefills' ends and, for its token g, prompt
+    # + g (the positions before the token's own), back to the frontier a rewind
+    # names; None: not running.
     reach: int | None = None
 
     @property
@@ -34,9 +36,11 @@ class RequestView:
 
 
 class TraceView:
-    """Request statuses and per-step facts, folded from submissions and events."""
+    """Request statuses and per-step facts, folded from submissions and events
+    (`block_size`: the positions of a prefix-cache hit page)."""
 
-    def __init__(self) -> None:
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
         self.requests: dict[str, RequestView] = {}
         self.open: dict[str, RequestView] = {}    # the unfinished ones, in submission order
         self.changed: dict[str, str] = {}         # statuses at the start of the last step, of its events' requests
@@ -66,6 +70,12 @@ class TraceView:
                 self.worked.add(e.rid)
                 end = e.args[1] if e.kind == "prefill" else len(r.spec.prompt) + r.generated
                 r.reach = max(end, r.reach or 0)
+            elif e.kind == "admit":
+                r.reach = e.args[0] * self.block_size
+            elif e.kind == "resume":
+                r.reach = e.args[0] * self.block_size + e.args[1]   # restored past the hit pages
+            elif e.kind == "rewind" and r.reach is not None:
+                r.reach = min(r.reach, e.args[0])
             elif e.kind in AFTER:
                 r.reach = None
             if e.kind == "token":

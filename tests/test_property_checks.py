@@ -23,8 +23,10 @@ from fuzz.pytest_plugin import run_machine
 from loopcheck.cli import main
 from model.config import Config
 from model.errors import WorkloadError
+from model.events import Event
 from model.workload import RequestSpec
 from sut.driver import Overran, run_workload, watchdog
+from sut.model_sut import ModelSUT
 from sut.torch_sut import TorchSUT
 from sut.view import RUNNING, RequestView
 from tests.engine_workloads import livelock_example
@@ -55,7 +57,8 @@ def test_the_clean_toy_breaks_no_property(tmp_path) -> None:
                                        ("ignore-stop", {"lifecycle"}), ("self-preempt", {"lone-preemption"}),
                                        ("skip-position", {"work"}), ("chunk-overrun", {"work"}),
                                        ("lost-abort", {"abort"}), ("unreported-stop", {"reported-outputs"}),
-                                       ("short-alloc", {"kv-coverage"}), ("early-token", {"work"})])
+                                       ("short-alloc", {"kv-coverage"}), ("early-token", {"work"}),
+                                       ("stale-resume", {"work"})])
 def test_each_planted_bug_is_caught_by_its_property(bug, props, tmp_path) -> None:
     with pytest.raises(Violation) as caught:
         run_machine(toy(bug), max_examples=1000, shrink=False, out_dir=tmp_path)
@@ -206,3 +209,18 @@ def test_the_kv_floor_counts_a_shared_full_page_once_by_its_content() -> None:
     assert covered_blocks(views, replace(cached, prefix_caching=False)) == 3 + 2 + 2
     assert covered_blocks(views, replace(cached, kv_layout="last_exited", num_loops=2)) == 4 * 2
     assert covered_blocks([running("d", (1, 2, 3), 0)], cached) == 0   # no work since its admission
+
+
+def test_a_resumed_request_has_its_hit_pages_and_the_positions_its_snapshot_restored() -> None:
+    """r2's first WCPB chunk is done and its first page published when r1 preempts
+    it (snapshots on); it resumes with one hit page (3 positions) and one position
+    restored past it, so its next prefill starts at 4, skipping nothing."""
+    w = workload(req("r1", 1, 1, arrival=3, priority=2), req("r2", 11, 3, priority=3),
+                 num_blocks=5, block_size=3, max_num_seqs=4, max_num_batched_tokens=7, prefill_chunk_size=4,
+                 num_loops=3, kv_layout="shared", execution="refill", wcpb=True, prefix_caching=True,
+                 allocation="upfront", snapshots=True, max_bypasses=2)
+    run = run_workload(w, ModelSUT, checks_for("property"))
+    assert run.violation is None and run.drained
+    events = [e for step in run.driver.trace for e in step if e.rid == "r2"]
+    resumed = events.index(Event("resume", "r2", (1, 1)))
+    assert events[resumed + 1] == Event("prefill", "r2", (4, 8, 1))

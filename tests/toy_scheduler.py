@@ -19,7 +19,7 @@ PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshot
               allocation="incremental", watermark_blocks=0, execution="mixed")
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
         "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
-        "unreported-stop", "short-alloc", "early-token")
+        "unreported-stop", "short-alloc", "early-token", "stale-resume")
 
 
 @dataclass
@@ -71,7 +71,8 @@ class ToyScheduler:
     def _preempt(self, victim: Req, events: list[Event]) -> None:
         events.append(Event("preempt", victim.spec.rid, (None, False)))
         self._release(victim)
-        victim.computed, victim.tokens, victim.preempted = 0, [], True
+        kept = victim.computed if "stale-resume" in self.bugs else 0   # the bug keeps positions whose KV it freed
+        victim.computed, victim.tokens, victim.preempted = min(kept, len(victim.spec.prompt) - 1), [], True
         self.waiting.insert(0, victim)
 
     def step(self) -> list[Event]:
@@ -137,7 +138,7 @@ class ToyScheduler:
         for r in list(self.waiting):
             if budget <= 0 or (len(self.running) >= cfg.max_num_seqs and "slot-cap" not in self.bugs):
                 break
-            n = min(cfg.prefill_chunk_size, len(r.spec.prompt), budget)
+            n = min(cfg.prefill_chunk_size, len(r.spec.prompt) - r.computed, budget)
             while "spin" in self.bugs and self._need(r, n) > self.free:
                 pass   # waits, inside the step, for blocks that only a later step can free
             if self._need(r, n) > self.free:
