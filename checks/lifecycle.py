@@ -78,9 +78,16 @@ class Work(Check):
     again after a preemption that drops them), its exit depth from 1 to
     num_loops, and its input position prompt + g - 1 was computed, by a prefill
     of the step that reached past it, or else by the token's own decode, after
-    which the request reached it (no token before its prompt is computed)."""
+    which the request reached it (no token before its prompt is computed).
+    Depths come in order: without WCPB a prefill reports num_loops; with it a
+    chunk runs depths 1, 2, ... num_loops in turn, and neither another chunk nor
+    a token of the request comes before it ran them all (an admission,
+    resumption, preemption or rewind drops the chunk)."""
 
     name = "work"
+
+    def __init__(self) -> None:
+        self.in_flight: dict[str, tuple[int, int, int]] = {}   # request -> its WCPB chunk short of num_loops
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         view, loops = driver.view, driver.cfg.num_loops
@@ -88,13 +95,12 @@ class Work(Check):
         for e, tokens, reach in zip(events, view.tokens_before, view.reach_before, strict=True):
             if e.kind == "prefill":
                 prefilled.add(e.rid)
-                start, end, depth = e.args
+                start, end, _ = e.args
                 known = len(view.requests[e.rid].spec.prompt) + tokens
                 if not 0 <= start < end <= known:
                     raise Violation("work", f"{e}: positions {start}..{end} of {e.rid}, which has {known} "
                                             f"(prompt and tokens so far)")
-                if not 1 <= depth <= loops:
-                    raise Violation("work", f"{e}: depth {depth} outside 1..{loops}")
+                self._depth_order(e, driver.cfg.wcpb, loops)
                 if reach is not None and start > reach:
                     raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
                                             f"reach only {reach}, so positions {reach}..{start} were skipped")
@@ -109,6 +115,36 @@ class Work(Check):
                                             f"before its token {index}")
                 if not 1 <= depth <= loops:
                     raise Violation("work", f"{e}: exit depth {depth} outside 1..{loops}")
+                if e.rid in self.in_flight:
+                    raise Violation("work", f"{e}: {e.rid}'s chunk {self._chunk(e.rid, loops)} has not run every "
+                                            "depth")
+            elif e.kind in ("admit", "resume", "preempt", "rewind", "finish"):
+                self.in_flight.pop(e.rid, None)
+
+    def _chunk(self, rid: str, loops: int) -> str:
+        start, end, depth = self.in_flight[rid]
+        return f"{start}..{end} (depth {depth} of {loops} done)"
+
+    def _depth_order(self, e: Event, wcpb: bool, loops: int) -> None:
+        """A prefill's depth: without WCPB, num_loops (the chunk runs every depth
+        at once); with it, 1 for a new chunk, else one more than its chunk's last,
+        and no other chunk of the request starts before its chunk ran num_loops."""
+        start, end, depth = e.args
+        if not wcpb:
+            expected = loops
+        elif e.rid not in self.in_flight:
+            expected = 1
+        elif self.in_flight[e.rid][:2] != (start, end):
+            raise Violation("work", f"{e}: {e.rid}'s chunk {self._chunk(e.rid, loops)} has not run every depth")
+        else:
+            expected = self.in_flight[e.rid][2] + 1
+        if depth != expected:
+            raise Violation("work", f"{e}: depth {depth}, where {expected} comes next (WCPB "
+                                    f"{'on' if wcpb else 'off'}, {loops} depths)")
+        if depth < loops:
+            self.in_flight[e.rid] = (start, end, depth)
+        else:
+            self.in_flight.pop(e.rid, None)
 
 
 class Aborts(Check):
@@ -142,3 +178,28 @@ class Aborts(Check):
                 raise Violation("abort", f"{rid} was aborted before step {driver.t - 1} and finished in it for "
                                          f"{reasons[rid]}")
         self.aborted = []
+
+
+class PrefixHits(Check):
+    """A prefix-cache hit is of content computed in this run: hit page k of an
+    admission or resumption holds the request's tokens at positions 0 to
+    (k + 1) * block_size, and some request's prefill or decode completed a page
+    of exactly those tokens, in an earlier step or the same one
+    (`TraceView.computed_pages`). With prefix caching off there are no hits. (A
+    cache keyed by a page's own tokens, not its prefix, hits pages never
+    computed.)"""
+
+    name = "prefix-hits"
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        view, cfg = driver.view, driver.cfg
+        for e, pages in view.hit_pages:
+            if pages and not cfg.prefix_caching:
+                raise Violation("prefix-hits", f"{e}: {len(pages)} prefix-cache hits with prefix caching off")
+            for k, page in enumerate(pages):
+                if len(page) < (k + 1) * cfg.block_size:
+                    raise Violation("prefix-hits", f"{e}: hit page {k} of {e.rid} ends past the {len(page)} "
+                                                   "positions it has")
+                if page not in view.computed_pages:
+                    raise Violation("prefix-hits", f"{e}: hit page {k} of {e.rid} holds tokens {list(page)} at "
+                                                   f"positions 0..{len(page)}, which no request has computed")

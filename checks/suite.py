@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from checks.base import Check
 from checks.futility import GuardedFutility
-from checks.lifecycle import Aborts, Lifecycle, Work
+from checks.lifecycle import Aborts, Lifecycle, PrefixHits, Work
 from checks.liveness import NeverFitRejected, PriorityWaiting, Progress
 from checks.lockstep import Lockstep, ModelBounds
 from checks.outputs import OutputEquivalence, ReportedOutputs
@@ -22,8 +22,9 @@ MODES = ("property", "lockstep")
 
 def property_checks(outputs: bool = True) -> list[Check]:
     """Fresh instances of every property check (checks hold per-run state)."""
-    checks: list[Check] = [Lifecycle(), Work(), Aborts(), Caps(), KvConservation(), Progress(), NeverFitRejected(),
-                           PriorityWaiting(), GuardedFutility(), DocumentedRules(), ReportedOutputs()]
+    checks: list[Check] = [Lifecycle(), Work(), PrefixHits(), Aborts(), Caps(), KvConservation(), Progress(),
+                           NeverFitRejected(), PriorityWaiting(), GuardedFutility(), DocumentedRules(),
+                           ReportedOutputs()]
     return checks + ([OutputEquivalence()] if outputs else [])
 
 

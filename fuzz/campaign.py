@@ -8,7 +8,7 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from fuzz.shrink import shrink
 from fuzz.strategies import DEFAULT_SHAPE, Shape, configs
 from model.config import Config, regression_config
 from model.errors import StopRequest, WorkloadError, exit_code
-from model.workload import load_workload, workload_from_json
+from model.workload import Workload, load_workload, workload_from_json
 from sut.driver import run_workload
 from sut.loader import capabilities_of
 from sut.protocol import SutFactory
@@ -95,8 +95,9 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
                  shape: Shape = DEFAULT_SHAPE, batch_examples: int = 20, max_replays: int | None = None,
                  progress: Callable[[str], None] | None = None, fixed: dict[str, Any] | None = None
                  ) -> CampaignResult:
-    """Run seeded batches until a property breaks or the budget is spent; then
-    shrink the failure and write it. The budget covers both: shrinking stops at
+    """Replay the directed failures the database kept, then run seeded batches
+    (each followed by a directed round) until a property breaks or the budget is
+    spent; then shrink the failure and write it. The budget covers both: shrinking stops at
     the budget or after DEFAULT_REPLAYS replays. With `max_replays`, shrinking makes
     exactly that many replays at most, whatever the time (so a file is reproduced
     byte for byte). `fixed` pins config fields beyond those the system pins."""
@@ -117,8 +118,15 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
         with StopRequest.deferred():   # a signal stops the run at the next driver action
             shape_run = shape if caps.abort else replace(shape, aborts="off")   # no aborts the system cannot do
             director = Director(directed_configs(mode, policy, pinned), max_prompt, seed_value, shape_run)
-            run_batches(machine, database, seed_value, budget_seconds, batch_examples, start, result,
-                        lambda: directed_round(director, factory, check_mode, out, stats, start, result, database))
+            saved = [(workload_from_json(json.loads(v)), Counter()) for v in sorted(database.fetch(DIRECTED_KEY))]
+
+            def directed(runs: Iterable[tuple[Workload, Counter]]) -> None:
+                run_directed(runs, factory, check_mode, out, stats, start, result, database)
+
+            directed(saved)   # the directed failures of earlier campaigns first
+            if result.violation is None:
+                run_batches(machine, database, seed_value, budget_seconds, batch_examples, start, result,
+                            lambda: directed(director.next_round(stats.deadline)))
     except KeyboardInterrupt as exc:
         result.interrupted = exit_code(exc)
     result.time_to_failure = stats.first_failure_at
@@ -191,16 +199,14 @@ def directed_configs(mode: str, policy: str, pinned: dict[str, Any]) -> list[st.
 DIRECTED_KEY = b"loopcheck:directed-failures"   # failing directed workloads in the example database
 
 
-def directed_round(director: Director, factory: SutFactory, check_mode: str, out: Path, stats: Stats,
-                   start: float, result: CampaignResult, database: ExampleDatabase) -> None:
-    """Run one round of window-directed workloads on the system, within the budget
-    (stats.deadline): first (once per campaign) the failing ones the database
-    kept, then the round's (but those whose config the system refuses). Keep
-    the first violation in `result`, recorded like the machine's, and save its
-    workload in the database."""
-    saved = [] if director.round else sorted(database.fetch(DIRECTED_KEY))
-    replays = [(workload_from_json(json.loads(v)), Counter()) for v in saved]
-    for w, windows in replays + director.next_round(stats.deadline):
+def run_directed(runs: Iterable[tuple[Workload, Counter]], factory: SutFactory, check_mode: str, out: Path,
+                 stats: Stats, start: float, result: CampaignResult, database: ExampleDatabase) -> None:
+    """Run window-directed workloads, each with the windows it opens (a round's,
+    or the failing ones the database kept), on the system, within the budget
+    (stats.deadline), but those whose config the system refuses. Keep the first
+    violation in `result`, recorded like the machine's, and save its workload in
+    the database."""
+    for w, windows in runs:
         StopRequest.check()
         if stats.deadline is not None and time.monotonic() >= stats.deadline:
             return

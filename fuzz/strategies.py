@@ -28,7 +28,7 @@ class Shape:
     stop_tokens: stop tokens 0..4 on some requests, or one stop token on all;
     aborts: aborts of submitted requests (on/off);
     oversized: requests larger than the pool (on/off);
-    prefixes: prompts that share prefixes (on/off).
+    prefixes: prompts that share prefixes, or nearly (on/off).
     """
 
     priorities: str | int = ON
@@ -119,12 +119,19 @@ def configs(draw: st.DrawFn, **fixed: Any) -> Config:
 def request_bodies(draw: st.DrawFn, prefixes: tuple[tuple[int, ...], ...] = (), max_prompt: int = 6,
                    max_tokens: int = 5, shape: Shape = DEFAULT_SHAPE, pool_positions: int = 0) -> dict[str, Any]:
     """The parts of a request that do not depend on time: prompt (maybe starting
-    with one of `prefixes`, for prefix sharing), max_tokens, priority, stop token.
+    with one of `prefixes`, for prefix sharing, or with a near miss of one: the
+    prefix without its first tokens, or with one token changed, so that its later
+    pages hold the same tokens after a different prefix), max_tokens, priority,
+    stop token.
     With `pool_positions` (the most positions one request can hold) given, shape
     oversized on makes some prompts longer than the pool, and off keeps every
     request within it."""
     use_prefix = prefixes and shape.prefixes == ON and draw(st.booleans())
     head: tuple[int, ...] = draw(st.sampled_from(prefixes)) if use_prefix else ()
+    twist = draw(st.integers(0, 5)) if use_prefix else 5
+    if twist < 2:   # near misses: its pages hold the prefix's tokens but after other tokens
+        j = draw(st.integers(1, len(head) - 1))
+        head = head[j:] if twist == 0 else head[:j - 1] + ((head[j - 1] + 1) % VOCAB,) + head[j:]
     longest = max(max_prompt, len(head))
     if shape.oversized == ON and pool_positions and draw(st.integers(0, 7)) == 0:
         longest = pool_positions + 3

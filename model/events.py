@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 #   preempt (by_rid, snapshot)      evicted from the running set for `by_rid`
 #   rewind (frontier,)              unfinished WCPB chunk rolled back to the frontier
 #   prefill (start, end, depth)     chunk [start, end) ran depth `depth` (1-based);
-#                                   refill/non-WCPB chunks report depth num_loops
+#                                   without WCPB a chunk runs and reports num_loops
 #   token (index, token_id, exit_depth)
 #   publish (page,)                 a full prompt page entered the prefix cache
 #   finish (reason,)                length | stop | abort | rejected

@@ -34,6 +34,11 @@ class RequestView:
     def generated(self) -> int:
         return len(self.token_ids)
 
+    def content(self, end: int) -> tuple[int, ...]:
+        """Its tokens at positions 0..end (prompt, then its tokens so far)."""
+        prompt = self.spec.prompt
+        return prompt[:end] if end <= len(prompt) else prompt + tuple(self.token_ids[:end - len(prompt)])
+
 
 class TraceView:
     """Request statuses and per-step facts, folded from submissions and events
@@ -47,6 +52,11 @@ class TraceView:
         self.worked: set[str] = set()             # requests that ran prefill or decode in the last step
         self.tokens_before: list[int] = []        # per event of the last step, its request's tokens before it
         self.reach_before: list[int | None] = []  # per event of the last step, its request's reach before it
+        # The contents (tokens from position 0 to its end) of every full page some
+        # request's prefill or decode computed so far, and, per admission or
+        # resumption of the last step, the contents of the pages it reports as hits.
+        self.computed_pages: set[tuple[int, ...]] = set()
+        self.hit_pages: list[tuple[Event, list[tuple[int, ...]]]] = []
 
     def submit(self, spec: RequestSpec) -> None:
         self.requests[spec.rid] = self.open[spec.rid] = RequestView(spec)
@@ -61,6 +71,8 @@ class TraceView:
         self.worked = set()
         self.tokens_before = []
         self.reach_before = []
+        self.hit_pages = []
+        bs = self.block_size
         for e in events:
             r = self.requests[e.rid]
             self.tokens_before.append(r.generated)
@@ -68,12 +80,16 @@ class TraceView:
             self.changed.setdefault(e.rid, r.status)
             if e.kind in ("prefill", "token"):
                 self.worked.add(e.rid)
-                end = e.args[1] if e.kind == "prefill" else len(r.spec.prompt) + r.generated
+                if e.kind == "prefill":
+                    start, end = e.args[0], e.args[1]
+                else:   # its decode computed its input position
+                    end = len(r.spec.prompt) + r.generated
+                    start = end - 1
+                self.computed_pages.update(r.content(k) for k in range(start // bs * bs + bs, end + 1, bs))
                 r.reach = max(end, r.reach or 0)
-            elif e.kind == "admit":
-                r.reach = e.args[0] * self.block_size
-            elif e.kind == "resume":
-                r.reach = e.args[0] * self.block_size + e.args[1]   # restored past the hit pages
+            elif e.kind in ("admit", "resume"):
+                self.hit_pages.append((e, [r.content(k * bs) for k in range(1, e.args[0] + 1)]))
+                r.reach = e.args[0] * bs + (e.args[1] if e.kind == "resume" else 0)   # restored past the hits
             elif e.kind == "rewind" and r.reach is not None:
                 r.reach = min(r.reach, e.args[0])
             elif e.kind in AFTER:

@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import hypothesis
 import pytest
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from checks.base import Violation
 from checks.suite import checks_for
 from fuzz.campaign import run_campaign
 from fuzz.pytest_plugin import run_machine
-from fuzz.strategies import configs
+from fuzz.strategies import configs, request_bodies
 from loopcheck.cli import main
 from model.config import Config, regression_config
 from model.workload import load_workload
@@ -209,3 +210,16 @@ def test_the_printed_line_gives_the_same_counterexample_byte_for_byte_under_load
     finally:
         hog.kill()
         hog.wait()
+
+
+def test_prompts_start_with_a_shared_prefix_or_a_near_miss_of_it() -> None:
+    """Near misses put a prefix's tokens after other tokens (a cache keyed by a
+    page's own tokens hits them): the prefix without its first tokens, or with
+    one token changed."""
+    prefix = (10, 11, 12, 13, 14, 15)
+    bodies = request_bodies(prefixes=(prefix,), max_prompt=2)
+    for j in (1, 2, 4):
+        hypothesis.find(bodies, lambda b, j=j: b["prompt"][:len(prefix) - j] == prefix[j:])
+        changed = prefix[:j - 1] + (prefix[j - 1] + 1,) + prefix[j:]
+        hypothesis.find(bodies, lambda b, changed=changed: b["prompt"][:len(prefix)] == changed)
+    hypothesis.find(bodies, lambda b: b["prompt"][:len(prefix)] == prefix)

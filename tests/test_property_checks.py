@@ -58,7 +58,7 @@ def test_the_clean_toy_breaks_no_property(tmp_path) -> None:
                                        ("skip-position", {"work"}), ("chunk-overrun", {"work"}),
                                        ("lost-abort", {"abort"}), ("unreported-stop", {"reported-outputs"}),
                                        ("short-alloc", {"kv-coverage"}), ("early-token", {"work"}),
-                                       ("stale-resume", {"work"})])
+                                       ("stale-resume", {"work"}), ("page-key", {"prefix-hits"})])
 def test_each_planted_bug_is_caught_by_its_property(bug, props, tmp_path) -> None:
     with pytest.raises(Violation) as caught:
         run_machine(toy(bug), max_examples=1000, shrink=False, out_dir=tmp_path)
@@ -224,3 +224,26 @@ def test_a_resumed_request_has_its_hit_pages_and_the_positions_its_snapshot_rest
     events = [e for step in run.driver.trace for e in step if e.rid == "r2"]
     resumed = events.index(Event("resume", "r2", (1, 1)))
     assert events[resumed + 1] == Event("prefill", "r2", (4, 8, 1))
+
+
+def test_a_wcpb_chunk_that_skips_a_depth_is_caught_without_a_reference(monkeypatch, tmp_path) -> None:
+    """The engine, patched to run a WCPB chunk's depth 3 right after its depth 1,
+    is caught in property mode by the order of depths its events report."""
+    from hypothesis import strategies as st
+
+    from engine.scheduler import Scheduler
+
+    original = Scheduler.enqueue
+
+    def enqueue(self, seq, kind, start, end, cost) -> None:
+        original(self, seq, kind, start, end, cost)
+        item = self.batch[-1]
+        if kind == "prefill" and self.cfg.wcpb and item.last_depth == 2 < self.cfg.num_loops:
+            item.first_depth = item.last_depth = 3
+
+    monkeypatch.setattr(Scheduler, "enqueue", enqueue)
+    cfg = Config(num_blocks=12, block_size=2, num_loops=3, kv_layout="shared", max_num_seqs=4,
+                 max_num_batched_tokens=4, prefill_chunk_size=2, wcpb=True)
+    with pytest.raises(Violation) as caught:
+        run_machine(TorchSUT, st.just(cfg), max_examples=50, shrink=False, mode="property", out_dir=tmp_path)
+    assert caught.value.prop == "work" and "depth 3, where 2 comes next" in str(caught.value)

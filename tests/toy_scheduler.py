@@ -1,8 +1,9 @@
 """A small third-party-style scheduler that does not share loopcheck's semantics
-(FCFS or priority queue, chunked prefill, incremental KV blocks, recompute
-preemption of the last admitted running request, no WCPB, no snapshots; under
-priority, the least urgent running request is the one preempted, and the token
-budget goes to the most urgent waiting request before less urgent running ones), with bugs that can
+(FCFS or priority queue, chunked prefill, incremental KV blocks, a prefix cache
+whose hit pages the toy holds privately, recompute preemption of the last
+admitted running request, no WCPB, no snapshots; under priority, the least
+urgent running request is the one preempted, and the token budget goes to the
+most urgent waiting request before less urgent running ones), with bugs that can
 be switched on one at a time. The property checks must pass it clean and catch each bug without a
 reference model of it."""
 
@@ -19,7 +20,7 @@ PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshot
               allocation="incremental", watermark_blocks=0, execution="mixed")
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
         "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
-        "unreported-stop", "short-alloc", "early-token", "stale-resume")
+        "unreported-stop", "short-alloc", "early-token", "stale-resume", "page-key")
 
 
 @dataclass
@@ -44,12 +45,28 @@ class ToyScheduler:
         self.reqs: dict[str, Req] = {}
         self.waiting: list[Req] = []
         self.running: list[Req] = []
+        self.cached: set[tuple[int, ...]] = set()   # prefix-cache keys of the full prompt pages computed so far
 
     def add(self, spec: RequestSpec) -> None:
         self.pending.append(spec)
 
     def abort(self, rid: str) -> None:
         self.aborting.append(rid)
+
+    def _page_key(self, prompt: tuple[int, ...], end: int) -> tuple[int, ...]:
+        """The prefix-cache key of the full prompt page ending at `end`: its prefix
+        (the bug: only its own tokens, so pages of different prefixes collide)."""
+        return prompt[end - self.cfg.block_size:end] if "page-key" in self.bugs else prompt[:end]
+
+    def _hits(self, r: Req) -> int:
+        """With prefix caching, the leading full prompt pages some request computed,
+        leaving the last prompt position to compute (hit pages are copied, not
+        shared: the toy allocates them privately)."""
+        hits, bs = 0, self.cfg.block_size
+        while self.cfg.prefix_caching and (hits + 1) * bs < len(r.spec.prompt) and \
+                self._page_key(r.spec.prompt, (hits + 1) * bs) in self.cached:
+            hits += 1
+        return hits
 
     def _need(self, r: Req, positions: int) -> int:
         pages = positions // self.cfg.block_size if "short-alloc" in self.bugs else -(-positions // self.cfg.block_size)
@@ -138,23 +155,27 @@ class ToyScheduler:
         for r in list(self.waiting):
             if budget <= 0 or (len(self.running) >= cfg.max_num_seqs and "slot-cap" not in self.bugs):
                 break
-            n = min(cfg.prefill_chunk_size, len(r.spec.prompt) - r.computed, budget)
-            while "spin" in self.bugs and self._need(r, n) > self.free:
+            hits = self._hits(r)
+            start = max(r.computed, hits * cfg.block_size)
+            n = min(cfg.prefill_chunk_size, len(r.spec.prompt) - start, budget)
+            while "spin" in self.bugs and self._need(r, start + n) > self.free:
                 pass   # waits, inside the step, for blocks that only a later step can free
-            if self._need(r, n) > self.free:
-                if "head-blocks" in self.bugs:
-                    break
+            if self._need(r, start + n) > self.free:
                 continue
             self.waiting.remove(r)
             self.running.append(r)
-            self.free -= self._need(r, n)
-            r.blocks += self._need(r, n)
+            r.computed = start
+            self.free -= self._need(r, start + n)
+            r.blocks += self._need(r, start + n)
             budget -= n
-            events.append(Event("resume", r.spec.rid, (0, 0)) if r.preempted else Event("admit", r.spec.rid, (0,)))
+            events.append(Event("resume", r.spec.rid, (hits, 0)) if r.preempted else
+                          Event("admit", r.spec.rid, (hits,)))
             r.preempted = False
             batch.append((r, n))
         for r, n in batch:
             start, r.computed = r.computed, r.computed + n
+            for end in range(cfg.block_size, min(r.computed, len(r.spec.prompt)) + 1, cfg.block_size):
+                self.cached.add(self._page_key(r.spec.prompt, end))
             if "skip-position" in self.bugs and 0 < start < len(r.spec.prompt) - 1:
                 start += 1   # a continued prefill leaves out its first position
             if start < len(r.spec.prompt):
