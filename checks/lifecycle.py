@@ -108,7 +108,8 @@ class Work(Check):
                 index, _, depth = e.args
                 if index != tokens:
                     raise Violation("work", f"{e}: token {index} of {e.rid}, which has {tokens} tokens so far")
-                needed = len(view.requests[e.rid].spec.prompt) + tokens - (e.rid not in prefilled)
+                input_position = len(view.requests[e.rid].spec.prompt) + tokens - 1
+                needed = input_position + 1 if e.rid in prefilled else input_position   # a prefill computed it
                 if reach is not None and reach < needed:
                     raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
                                             f"reach only {reach}, so positions {reach}..{needed} were not computed "

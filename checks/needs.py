@@ -39,8 +39,7 @@ def covered_blocks(running: Iterable[RequestView], cfg: Config) -> int:
     bs = cfg.block_size
     for r in running:
         reach = r.reach or 0
-        content = (*r.spec.prompt, *r.token_ids)
         for k in range(ceil_div(reach, bs)):
             end = (k + 1) * bs
-            pages.add(content[:end] if cfg.prefix_caching and end <= reach else (r.spec.rid, k))
+            pages.add(r.content(end) if cfg.prefix_caching and end <= reach else (r.spec.rid, k))
     return len(pages) * cfg.planes

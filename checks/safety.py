@@ -57,7 +57,7 @@ class KvConservation(Check):
         running = [r for r in driver.view.open.values() if r.status == RUNNING]
         covered = covered_blocks(running, driver.cfg)
         if obs.blocks_held < covered:
-            reached = ", ".join(f"{r.spec.rid} {r.reach}" for r in running if r.reach)
+            reached = ", ".join(f"{r.spec.rid} 0..{r.reach}" for r in running if r.reach)
             raise Violation("kv-coverage", f"the running requests have KV for positions ({reached}) that take "
                                            f"at least {covered} blocks, but {obs.blocks_held} are held")
 

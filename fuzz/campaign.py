@@ -217,6 +217,7 @@ def run_directed(runs: Iterable[tuple[Workload, Counter]], factory: SutFactory, 
             continue   # the system refuses this config, as it may refuse the machine's draws: the next workload
         stats.examples += 1
         stats.windows.update(windows.keys())
+        stats.note_run(run.driver.skipped)
         if run.violation is not None:
             record_failure(out, w, run.violation, run.driver.trace, f"loopcheck fuzz --check {check_mode}", stats,
                            start)

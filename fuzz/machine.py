@@ -42,6 +42,7 @@ class Stats:
     rules: Counter = field(default_factory=Counter)
     branches: Counter = field(default_factory=Counter)
     windows: Counter = field(default_factory=Counter)   # rare windows opened by the directed workloads run
+    not_run: Counter = field(default_factory=Counter)   # (check, why it did not run) -> runs it did not run in
     first_failure_at: float | None = None
     ticker: Callable[[], None] | None = None   # called about every TICK seconds of stepping
     next_tick: float = 0.0
@@ -72,6 +73,10 @@ class Stats:
             elif e.kind == "abort" and e.rid in self.preempted:
                 out.append("abort+preempted")
         return out
+
+    def note_run(self, skipped: dict[str, str]) -> None:
+        """A run's checks that did not run, with why (`Driver.skipped`)."""
+        self.not_run.update(skipped.items())
 
     def note_step(self, events: list[Event], obs: Observation) -> None:
         """Scheduler branches, as far as events show them; and the ticker, when due."""
@@ -214,6 +219,8 @@ class LoopcheckMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if not self.budget_spent() and self.ok():
             self.guarded(self.driver.finish)
+        if hasattr(self, "driver"):
+            type(self).stats.note_run(self.driver.skipped)
 
 
 PREFIXES = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=6).map(tuple),

@@ -7,6 +7,7 @@ import json
 import math
 import random
 import sys
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -103,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         "steps": sum(r.stats.steps for r in results),
         "branches_covered": sorted({b for r in results for b in BRANCHES if r.stats.branches[b]}),
         "windows": {name: sum(r.stats.windows[name] for r in results) for name in WINDOWS},
+        "checks_not_run": [{"check": check_name, "why": why, "runs": runs} for (check_name, why), runs in
+                           sorted(sum((r.stats.not_run for r in results), Counter()).items())],
         "counterexamples": [{"property": r.violation.prop, "message": r.violation.message,
                              "file": str(r.counterexample), "requests": r.requests,
                              "time_to_failure": r.time_to_failure, "notes": r.notes,
@@ -117,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
               f"{len(summary['branches_covered'])}/{len(BRANCHES)}: {' '.join(summary['branches_covered'])}")
         print("rare windows run (directed rounds): "
               + " ".join(f"{name}={count}" for name, count in summary["windows"].items()))
+        if summary["checks_not_run"]:
+            print("checks not run: " + "; ".join(f"{c['check']} in {c['runs']} of {summary['examples']} runs "
+                                                  f"({c['why']})" for c in summary["checks_not_run"]))
         for c in summary["counterexamples"]:
             found = f"found after {c['time_to_failure']:.1f}s" if c["time_to_failure"] is not None else "found"
             shrunk = f"shrunk to {c['requests']} requests" if not c["notes"] else "; ".join(c["notes"])

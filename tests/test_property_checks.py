@@ -166,7 +166,9 @@ def test_a_system_that_refuses_some_configs_is_fuzzed_on_the_others(tmp_path) ->
     budget below the slots): the machine draws another and a directed round goes
     on to its next workload; the campaign runs clean to its budget. Where the
     system refuses the unconstrained config of the output check (here a pool
-    past 6 blocks), there is nothing to compare with, and the run passes."""
+    past 6 blocks), there is nothing to compare with: the run passes, with that
+    check listed as not run (a campaign counts the runs each check did not run
+    in, machine and directed ones alike)."""
     refused = []
 
     def like_vllm(cfg: Config) -> ToyScheduler:
@@ -179,6 +181,8 @@ def test_a_system_that_refuses_some_configs_is_fuzzed_on_the_others(tmp_path) ->
     assert result.violation is None and result.interrupted is None
     assert result.stats.examples > 20 and sum(result.stats.windows.values()) > 0   # directed rounds ran
     assert refused
+    assert result.stats.not_run[("rules", "the system does not claim loopcheck's semantics")] == \
+        result.stats.examples
 
     def small_pools(cfg: Config) -> ToyScheduler:
         if cfg.num_blocks > 6:
@@ -192,6 +196,8 @@ def test_a_system_that_refuses_some_configs_is_fuzzed_on_the_others(tmp_path) ->
     run = run_workload(w, small_pools, checks_for("property"))
     assert run.violation is None and run.drained
     assert [cfg.num_blocks for cfg in refused] == [7]   # the unconstrained pool: both lifetimes and a spare page
+    assert run.driver.skipped["output-equivalence"] == ("the system refuses the unconstrained config: "
+                                                        "config.num_blocks: this system takes pools of up to 6 blocks")
 
 
 def test_the_kv_floor_counts_a_shared_full_page_once_by_its_content() -> None:
