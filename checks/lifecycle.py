@@ -75,7 +75,7 @@ class Work(Check):
     (`RequestView.reach`: the prefix-cache hit pages and restored positions its
     admission or resumption reported, then its work): no position is skipped. A
     token's index g is the number of tokens the request has so far (counted from 0
-    again after a preemption that drops them), its exit depth from 1 to
+    again after a preemption that drops them), its exit depth from min_loops to
     num_loops, and its input position prompt + g - 1 was computed, by a prefill
     of the step that reached past it, or else by the token's own decode, after
     which the request reached it (no token before its prompt is computed).
@@ -114,8 +114,9 @@ class Work(Check):
                     raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
                                             f"reach only {reach}, so positions {reach}..{needed} were not computed "
                                             f"before its token {index}")
-                if not 1 <= depth <= loops:
-                    raise Violation("work", f"{e}: exit depth {depth} outside 1..{loops}")
+                if not driver.cfg.min_loops <= depth <= loops:
+                    raise Violation("work", f"{e}: exit depth {depth} outside min_loops..num_loops "
+                                            f"({driver.cfg.min_loops}..{loops})")
                 if e.rid in self.in_flight:
                     raise Violation("work", f"{e}: {e.rid}'s chunk {self._chunk(e.rid, loops)} has not run every "
                                             "depth")

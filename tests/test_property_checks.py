@@ -253,3 +253,20 @@ def test_a_wcpb_chunk_that_skips_a_depth_is_caught_without_a_reference(monkeypat
     with pytest.raises(Violation) as caught:
         run_machine(TorchSUT, st.just(cfg), max_examples=50, shrink=False, mode="property", out_dir=tmp_path)
     assert caught.value.prop == "work" and "depth 3, where 2 comes next" in str(caught.value)
+
+
+def test_a_token_that_exits_before_min_loops_is_caught_without_a_reference(tmp_path) -> None:
+    """An engine that ignores min_loops (built here with min_loops 1 for runs
+    whose config says 2) lets its exit gate stop a token at depth 1; property
+    mode catches the first such token."""
+    from hypothesis import strategies as st
+
+    def ignores_min_loops(cfg: Config) -> TorchSUT:
+        return TorchSUT(replace(cfg, min_loops=1))
+
+    cfg = Config(num_blocks=12, block_size=2, num_loops=3, min_loops=2, exit_threshold=0.0, kv_layout="shared",
+                 max_num_seqs=4, max_num_batched_tokens=4, prefill_chunk_size=2)
+    with pytest.raises(Violation) as caught:
+        run_machine(ignores_min_loops, st.just(cfg), max_examples=50, shrink=False, mode="property",
+                    out_dir=tmp_path)
+    assert caught.value.prop == "work" and "outside min_loops..num_loops (2..3)" in str(caught.value)
