@@ -11,7 +11,7 @@ from model.reference import ceil_div, never_fits, total_pages
 from model.workload import RequestSpec
 from sut.view import RequestView
 
-__all__ = ["admission_blocks", "covered_blocks", "lifetime_blocks", "never_fits"]
+__all__ = ["admission_blocks", "covered_blocks", "held_at_most", "lifetime_blocks", "never_fits"]
 
 
 def lifetime_blocks(spec: RequestSpec, cfg: Config) -> int:
@@ -43,3 +43,15 @@ def covered_blocks(running: Iterable[RequestView], cfg: Config) -> int:
             end = (k + 1) * bs
             pages.add(r.content(end) if cfg.prefix_caching and end <= reach else (r.spec.rid, k))
     return len(pages) * cfg.planes
+
+
+def held_at_most(running: Iterable[RequestView], cfg: Config) -> int:
+    """The most blocks running requests may hold by the trace: under upfront
+    allocation each its lifetime's, else the pages under its `reach` (those of
+    the positions its work so far wrote, which incremental allocation grows to
+    before each work item), each page `planes` blocks, none shared. Waiting,
+    preempted (recomputed, or snapshotted to the CPU) and finished requests hold
+    none; cache-only pages count as free."""
+    if cfg.allocation == "upfront":
+        return sum(lifetime_blocks(r.spec, cfg) for r in running)
+    return sum(ceil_div(r.reach or 0, cfg.block_size) for r in running) * cfg.planes

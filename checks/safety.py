@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from checks.base import Check, Violation
-from checks.needs import covered_blocks
+from checks.needs import covered_blocks, held_at_most
 from model.config import Config
 from model.events import Event
 from model.invariants import batch_tokens
@@ -37,8 +37,10 @@ class Caps(Check):
 class KvConservation(Check):
     """The SUT's KV accounting is sound every step, it holds at least the blocks
     of the KV its running requests have by the trace (`covered_blocks`: a
-    request cannot attend to positions it holds no blocks for), and nothing is
-    held once every request has finished."""
+    request cannot attend to positions it holds no blocks for) and at most
+    what they may hold (`held_at_most`: blocks of a finished, preempted or
+    unadmitted request, or past the allocation policy's need, are a leak while
+    they last), and nothing is held once every request has finished."""
 
     name = "kv-conservation"
 
@@ -55,11 +57,16 @@ class KvConservation(Check):
             raise Violation("kv-conservation", f"{obs.blocks_held} blocks held of a pool of "
                                                f"{driver.cfg.num_blocks}")
         running = [r for r in driver.view.open.values() if r.status == RUNNING]
+        reached = ", ".join(f"{r.spec.rid} 0..{r.reach}" for r in running if r.reach) or "none"
         covered = covered_blocks(running, driver.cfg)
         if obs.blocks_held < covered:
-            reached = ", ".join(f"{r.spec.rid} 0..{r.reach}" for r in running if r.reach)
             raise Violation("kv-coverage", f"the running requests have KV for positions ({reached}) that take "
                                            f"at least {covered} blocks, but {obs.blocks_held} are held")
+        most = held_at_most(running, driver.cfg)
+        if obs.blocks_held > most:
+            raise Violation("kv-excess", f"{obs.blocks_held} blocks held, but the running requests (positions "
+                                         f"{reached}) hold at most {most} under {driver.cfg.allocation} "
+                                         "allocation: the rest is held by no running request")
 
     def at_end(self, driver: Driver, obs: Observation) -> None:
         if obs.blocks_held:

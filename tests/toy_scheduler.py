@@ -20,7 +20,8 @@ PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshot
               allocation="incremental", watermark_blocks=0, execution="mixed")
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
         "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
-        "unreported-stop", "short-alloc", "early-token", "stale-resume", "page-key")
+        "unreported-stop", "short-alloc", "early-token", "stale-resume", "page-key",
+        "keep-on-preempt")
 
 
 @dataclass
@@ -87,7 +88,8 @@ class ToyScheduler:
 
     def _preempt(self, victim: Req, events: list[Event]) -> None:
         events.append(Event("preempt", victim.spec.rid, (None, False)))
-        self._release(victim)
+        if "keep-on-preempt" not in self.bugs:   # the bug keeps its blocks, reused when it is admitted again
+            self._release(victim)
         kept = victim.computed if "stale-resume" in self.bugs else 0   # the bug keeps positions whose KV it freed
         victim.computed, victim.tokens, victim.preempted = min(kept, len(victim.spec.prompt) - 1), [], True
         self.waiting.insert(0, victim)
