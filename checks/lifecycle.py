@@ -79,7 +79,9 @@ class Work(Check):
     num_loops, and its input position prompt + g - 1 was computed, by a prefill
     of the step that reached past it, or else by the token's own decode, after
     which the request reached it (no token before its prompt is computed).
-    Depths come in order: without WCPB a prefill reports num_loops; with it a
+    A resumption restores (past its hit pages) no more positions than the
+    request had when a preemption kept its snapshot (none without one). Depths
+    come in order: without WCPB a prefill reports num_loops; with it a
     chunk runs depths 1, 2, ... num_loops in turn, and neither another chunk nor
     a token of the request comes before it ran them all (an admission,
     resumption, preemption or rewind drops the chunk)."""
@@ -88,6 +90,7 @@ class Work(Check):
 
     def __init__(self) -> None:
         self.in_flight: dict[str, tuple[int, int, int]] = {}   # request -> its WCPB chunk short of num_loops
+        self.kept: dict[str, int] = {}   # preempted request -> the positions its CPU snapshot kept
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         view, loops = driver.view, driver.cfg.num_loops
@@ -122,6 +125,12 @@ class Work(Check):
                                             "depth")
             elif e.kind in ("admit", "resume", "preempt", "rewind", "finish"):
                 self.in_flight.pop(e.rid, None)
+                kept = self.kept.pop(e.rid, 0)
+                if e.kind == "preempt" and e.args[1]:
+                    self.kept[e.rid] = reach or 0
+                elif e.kind == "resume" and e.args[1] > max(0, kept - e.args[0] * driver.cfg.block_size):
+                    raise Violation("work", f"{e}: {e.rid} restores {e.args[1]} positions past its hit pages, but "
+                                            f"its preemption kept {kept} in a snapshot")
 
     def _chunk(self, rid: str, loops: int) -> str:
         start, end, depth = self.in_flight[rid]

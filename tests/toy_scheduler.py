@@ -21,7 +21,7 @@ PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshot
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
         "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
         "unreported-stop", "short-alloc", "early-token", "stale-resume", "page-key",
-        "keep-on-preempt")
+        "keep-on-preempt", "phantom-restore")
 
 
 @dataclass
@@ -90,7 +90,8 @@ class ToyScheduler:
         events.append(Event("preempt", victim.spec.rid, (None, False)))
         if "keep-on-preempt" not in self.bugs:   # the bug keeps its blocks, reused when it is admitted again
             self._release(victim)
-        kept = victim.computed if "stale-resume" in self.bugs else 0   # the bug keeps positions whose KV it freed
+        # the bugs keep positions whose KV they freed (phantom-restore reports them as restored from a snapshot)
+        kept = victim.computed if {"stale-resume", "phantom-restore"} & self.bugs else 0
         victim.computed, victim.tokens, victim.preempted = min(kept, len(victim.spec.prompt) - 1), [], True
         self.waiting.insert(0, victim)
 
@@ -170,7 +171,8 @@ class ToyScheduler:
             self.free -= self._need(r, start + n)
             r.blocks += self._need(r, start + n)
             budget -= n
-            events.append(Event("resume", r.spec.rid, (hits, 0)) if r.preempted else
+            restored = start - hits * cfg.block_size if "phantom-restore" in self.bugs else 0
+            events.append(Event("resume", r.spec.rid, (hits, restored)) if r.preempted else
                           Event("admit", r.spec.rid, (hits,)))
             r.preempted = False
             batch.append((r, n))
