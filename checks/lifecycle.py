@@ -196,7 +196,9 @@ class PrefixHits(Check):
     admission or resumption holds the request's tokens at positions 0 to
     (k + 1) * block_size, and some request's prefill or decode completed a page
     of exactly those tokens, in an earlier step or the same one
-    (`TraceView.computed_pages`). With prefix caching off there are no hits. (A
+    (`TraceView.computed_pages`, by the hash of those tokens: two contents whose
+    hashes collide, with odds about 2^-64, pass as one). With prefix caching off
+    there are no hits. (A
     cache keyed by a page's own tokens, not its prefix, hits pages never
     computed.)"""
 
@@ -211,6 +213,6 @@ class PrefixHits(Check):
                 if len(page) < (k + 1) * cfg.block_size:
                     raise Violation("prefix-hits", f"{e}: hit page {k} of {e.rid} ends past the {len(page)} "
                                                    "positions it has")
-                if page not in view.computed_pages:
+                if hash(page) not in view.computed_pages:
                     raise Violation("prefix-hits", f"{e}: hit page {k} of {e.rid} holds tokens {list(page)} at "
                                                    f"positions 0..{len(page)}, which no request has computed")

@@ -108,7 +108,7 @@ class Driver:
         self.specs: list[RequestSpec] = []
         self.trace: list[list[Event]] = []
         self.counters = Counters()
-        self.view = TraceView(cfg.block_size)
+        self.view = TraceView(cfg.block_size, keep_pages=cfg.prefix_caching and bool(checks))   # for prefix-hits
         self.on_step = on_step
         self.failure: Violation | None = None
         self.last_input = 0          # the step of the latest add or abort

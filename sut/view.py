@@ -42,20 +42,22 @@ class RequestView:
 
 class TraceView:
     """Request statuses and per-step facts, folded from submissions and events
-    (`block_size`: the positions of a prefix-cache hit page)."""
+    (`block_size`: the positions of a prefix-cache hit page; `keep_pages`: keep
+    the pages computed, which hits are checked against)."""
 
-    def __init__(self, block_size: int) -> None:
-        self.block_size = block_size
+    def __init__(self, block_size: int, keep_pages: bool) -> None:
+        self.block_size, self.keep_pages = block_size, keep_pages
         self.requests: dict[str, RequestView] = {}
         self.open: dict[str, RequestView] = {}    # the unfinished ones, in submission order
         self.changed: dict[str, str] = {}         # statuses at the start of the last step, of its events' requests
         self.worked: set[str] = set()             # requests that ran prefill or decode in the last step
         self.tokens_before: list[int] = []        # per event of the last step, its request's tokens before it
         self.reach_before: list[int | None] = []  # per event of the last step, its request's reach before it
-        # The contents (tokens from position 0 to its end) of every full page some
-        # request's prefill or decode computed so far, and, per admission or
-        # resumption of the last step, the contents of the pages it reports as hits.
-        self.computed_pages: set[tuple[int, ...]] = set()
+        # The hashes of the contents (tokens from position 0 to its end) of every
+        # full page some request's prefill or decode computed so far (if kept),
+        # and, per admission or resumption of the last step, the contents of the
+        # pages it reports as hits.
+        self.computed_pages: set[int] = set()
         self.hit_pages: list[tuple[Event, list[tuple[int, ...]]]] = []
 
     def submit(self, spec: RequestSpec) -> None:
@@ -85,7 +87,8 @@ class TraceView:
                 else:   # its decode computed its input position
                     end = len(r.spec.prompt) + r.generated
                     start = end - 1
-                self.computed_pages.update(r.content(k) for k in range(start // bs * bs + bs, end + 1, bs))
+                if self.keep_pages:
+                    self.computed_pages.update(hash(r.content(k)) for k in range(start // bs * bs + bs, end + 1, bs))
                 r.reach = max(end, r.reach or 0)
             elif e.kind in ("admit", "resume"):
                 self.hit_pages.append((e, [r.content(k * bs) for k in range(1, e.args[0] + 1)]))
