@@ -1,6 +1,7 @@
 """Liveness properties any LLM scheduler must keep: no livelock, no stall, a
 request that can never fit is rejected, and (for schedulers that claim priority
-preemption) a more urgent request does not wait behind less urgent work."""
+preemption) a more urgent request does not wait behind less urgent work, nor is
+it preempted for it."""
 
 from __future__ import annotations
 
@@ -132,6 +133,28 @@ class PriorityWaiting(Check):
                             f"{rid} (priority {w.spec.priority}) waited {self.within} steps in a row while less "
                             f"urgent {', '.join(sorted(less_urgent_ran))} ran, although it needs {blocks} blocks "
                             f"and {free_before} were free")
+
+
+class PriorityVictims(Check):
+    """For schedulers that claim priority preemption, under it: a request is not
+    preempted for a strictly less urgent one (larger priority value), where the
+    preemption names the request it was for."""
+
+    name = "priority-victim"
+
+    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
+        return None if caps.priorities else "the system claims no priority preemption (capabilities.priorities)"
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        if not driver.cfg.priority_preemption:
+            return
+        requests = driver.view.requests
+        for e in events:
+            by = e.args[0] if e.kind == "preempt" else None
+            if by is not None and requests[by].spec.priority > requests[e.rid].spec.priority:
+                raise Violation("priority-victim", f"{e}: {e.rid} (priority {requests[e.rid].spec.priority}) was "
+                                                   f"preempted for less urgent {by} (priority "
+                                                   f"{requests[by].spec.priority})")
 
 
 def _names(driver: Driver) -> str:

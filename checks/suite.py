@@ -11,7 +11,7 @@ from __future__ import annotations
 from checks.base import Check
 from checks.futility import GuardedFutility
 from checks.lifecycle import Aborts, Lifecycle, PrefixHits, Work
-from checks.liveness import NeverFitRejected, PriorityWaiting, Progress
+from checks.liveness import NeverFitRejected, PriorityVictims, PriorityWaiting, Progress
 from checks.lockstep import Lockstep, ModelBounds
 from checks.outputs import OutputEquivalence, ReportedOutputs
 from checks.rules import DocumentedRules
@@ -23,8 +23,8 @@ MODES = ("property", "lockstep")
 def property_checks(outputs: bool = True) -> list[Check]:
     """Fresh instances of every property check (checks hold per-run state)."""
     checks: list[Check] = [Lifecycle(), Work(), PrefixHits(), Aborts(), Caps(), KvConservation(), Progress(),
-                           NeverFitRejected(), PriorityWaiting(), GuardedFutility(), DocumentedRules(),
-                           ReportedOutputs()]
+                           NeverFitRejected(), PriorityWaiting(), PriorityVictims(), GuardedFutility(),
+                           DocumentedRules(), ReportedOutputs()]
     return checks + ([OutputEquivalence()] if outputs else [])
 
 

@@ -3,9 +3,10 @@
 whose hit pages the toy holds privately, recompute preemption of the last
 admitted running request, no WCPB, no snapshots; under priority, the least
 urgent running request is the one preempted, and the token budget goes to the
-most urgent waiting request before less urgent running ones), with bugs that can
-be switched on one at a time. The property checks must pass it clean and catch each bug without a
-reference model of it."""
+most urgent waiting request before less urgent running ones; a preemption names
+the request it was for), with bugs that can be switched on one at a time. The
+property checks must pass it clean and catch each bug without a reference model
+of it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshot
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
         "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
         "unreported-stop", "short-alloc", "early-token", "stale-resume", "page-key",
-        "keep-on-preempt", "phantom-restore")
+        "keep-on-preempt", "phantom-restore", "urgent-victim")
 
 
 @dataclass
@@ -86,8 +87,8 @@ class ToyScheduler:
                 queue.remove(r)
         events.append(Event("finish", r.spec.rid, (reason,)))
 
-    def _preempt(self, victim: Req, events: list[Event]) -> None:
-        events.append(Event("preempt", victim.spec.rid, (None, False)))
+    def _preempt(self, victim: Req, by: Req, events: list[Event]) -> None:
+        events.append(Event("preempt", victim.spec.rid, (by.spec.rid, False)))
         if "keep-on-preempt" not in self.bugs:   # the bug keeps its blocks, reused when it is admitted again
             self._release(victim)
         # the bugs keep positions whose KV they freed (phantom-restore reports them as restored from a snapshot)
@@ -122,7 +123,7 @@ class ToyScheduler:
             if victim.spec.priority <= self.waiting[0].spec.priority:
                 break
             self.running.remove(victim)
-            self._preempt(victim, events)
+            self._preempt(victim, self.waiting[0], events)
         budget, batch = cfg.max_num_batched_tokens, []
         head = self.waiting[0] if priority and self.waiting else None   # the most urgent waiting request
         for r in list(self.running):
@@ -139,15 +140,18 @@ class ToyScheduler:
                 # of those not in the batch yet, the last admitted, or under priority the least urgent; may be r
                 free_to_go = [v for v in self.running if not any(v is b for b, _ in batch)]
                 victim = max(free_to_go, key=lambda v: v.spec.key) if priority else free_to_go[-1]
+                others = [v for v in free_to_go if v is not r]
+                if "urgent-victim" in self.bugs and priority and others:   # the most urgent other one goes
+                    victim = min(others, key=lambda v: v.spec.key)
                 self.running.remove(victim)
-                self._preempt(victim, events)
+                self._preempt(victim, r, events)
                 if victim is r:
                     break
             alone = all(x is r or x.done for x in self.reqs.values())
             if "self-preempt" in self.bugs and alone and r.tokens and not r.preempted_once:
                 r.preempted_once = True
                 self.running.remove(r)
-                self._preempt(r, events)
+                self._preempt(r, r, events)
             if r in self.running:
                 self.free -= self._need(r, r.computed + n)
                 r.blocks += self._need(r, r.computed + n)
