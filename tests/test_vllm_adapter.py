@@ -48,6 +48,8 @@ def test_a_fitting_workload_drains_with_every_property_held() -> None:
     assert run.violation is None and run.drained
     assert run.driver.skipped == {"priority-waiting": "the system claims no priority preemption "
                                                       "(capabilities.priorities)",
+                                  "priority-victim": "the system claims no priority preemption "
+                                                     "(capabilities.priorities)",
                                   "futile-preemption": "the system does not claim loopcheck's semantics (its "
                                                        "guarded preflight)",
                                   "rules": "the system does not claim loopcheck's semantics"}
