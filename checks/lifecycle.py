@@ -121,8 +121,7 @@ class Work(Check):
                     raise Violation("work", f"{e}: exit depth {depth} outside min_loops..num_loops "
                                             f"({driver.cfg.min_loops}..{loops})")
                 if e.rid in self.in_flight:
-                    raise Violation("work", f"{e}: {e.rid}'s chunk {self._chunk(e.rid, loops)} has not run every "
-                                            "depth")
+                    raise self._unfinished_chunk(e, loops)
             elif e.kind in ("admit", "resume", "preempt", "rewind", "finish"):
                 self.in_flight.pop(e.rid, None)
                 kept = self.kept.pop(e.rid, 0)
@@ -132,9 +131,10 @@ class Work(Check):
                     raise Violation("work", f"{e}: {e.rid} restores {e.args[1]} positions past its hit pages, but "
                                             f"its preemption kept {kept} in a snapshot")
 
-    def _chunk(self, rid: str, loops: int) -> str:
-        start, end, depth = self.in_flight[rid]
-        return f"{start}..{end} (depth {depth} of {loops} done)"
+    def _unfinished_chunk(self, e: Event, loops: int) -> Violation:
+        """`e` came while its request's WCPB chunk had depths left to run."""
+        start, end, depth = self.in_flight[e.rid]
+        return Violation("work", f"{e}: {e.rid}'s chunk {start}..{end} has run {depth} of {loops} depths")
 
     def _depth_order(self, e: Event, wcpb: bool, loops: int) -> None:
         """A prefill's depth: without WCPB, num_loops (the chunk runs every depth
@@ -146,7 +146,7 @@ class Work(Check):
         elif e.rid not in self.in_flight:
             expected = 1
         elif self.in_flight[e.rid][:2] != (start, end):
-            raise Violation("work", f"{e}: {e.rid}'s chunk {self._chunk(e.rid, loops)} has not run every depth")
+            raise self._unfinished_chunk(e, loops)
         else:
             expected = self.in_flight[e.rid][2] + 1
         if depth != expected:
@@ -198,9 +198,8 @@ class PrefixHits(Check):
     of exactly those tokens, in an earlier step or the same one
     (`TraceView.computed_pages`, by the hash of those tokens: two contents whose
     hashes collide, with odds about 2^-64, pass as one). With prefix caching off
-    there are no hits. (A
-    cache keyed by a page's own tokens, not its prefix, hits pages never
-    computed.)"""
+    there are no hits. (A cache keyed by a page's own tokens, not its prefix,
+    hits pages never computed.)"""
 
     name = "prefix-hits"
 

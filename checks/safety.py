@@ -57,15 +57,18 @@ class KvConservation(Check):
             raise Violation("kv-conservation", f"{obs.blocks_held} blocks held of a pool of "
                                                f"{driver.cfg.num_blocks}")
         running = [r for r in driver.view.open.values() if r.status == RUNNING]
-        reached = ", ".join(f"{r.spec.rid} 0..{r.reach}" for r in running if r.reach) or "none"
+
+        def reached() -> str:   # for the messages only
+            return ", ".join(f"{r.spec.rid} 0..{r.reach}" for r in running if r.reach) or "none"
+
         covered = covered_blocks(running, driver.cfg)
         if obs.blocks_held < covered:
-            raise Violation("kv-coverage", f"the running requests have KV for positions ({reached}) that take "
+            raise Violation("kv-coverage", f"the running requests have KV for positions ({reached()}) that take "
                                            f"at least {covered} blocks, but {obs.blocks_held} are held")
         most = held_at_most(running, driver.cfg)
         if obs.blocks_held > most:
             raise Violation("kv-excess", f"{obs.blocks_held} blocks held, but the running requests (positions "
-                                         f"{reached}) hold at most {most} under {driver.cfg.allocation} "
+                                         f"{reached()}) hold at most {most} under {driver.cfg.allocation} "
                                          "allocation: the rest is held by no running request")
 
     def at_end(self, driver: Driver, obs: Observation) -> None:

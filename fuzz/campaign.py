@@ -97,8 +97,8 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
                  ) -> CampaignResult:
     """Replay the directed failures the database kept, then run seeded batches
     (each followed by a directed round) until a property breaks or the budget is
-    spent; then shrink the failure and write it. The budget covers both: shrinking stops at
-    the budget or after DEFAULT_REPLAYS replays. With `max_replays`, shrinking makes
+    spent; then shrink the failure and write it. The budget covers both:
+    shrinking stops at the budget or after DEFAULT_REPLAYS replays. With `max_replays`, shrinking makes
     exactly that many replays at most, whatever the time (so a file is reproduced
     byte for byte). `fixed` pins config fields beyond those the system pins."""
     out.mkdir(parents=True, exist_ok=True)
