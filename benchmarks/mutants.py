@@ -1,4 +1,4 @@
-"""Mutation benchmark: planted bugs in the engine's scheduler (lockstep with the
+"""Mutation benchmark: planted bugs in the engine's scheduler and block pool (lockstep with the
 reference model sees them) and policy bugs planted in the engine and the model
 at once (only the property checks can see them), each applied to a scratch copy
 of the project and fuzzed there (torch engine, lockstep checks, guarded policy,
@@ -28,6 +28,7 @@ from loopcheck.report import table
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHED = "engine/scheduler.py"
+POOL = "engine/kv_cache.py"
 MODEL = "model/reference.py"
 
 # Mutants that cannot change anything a system reports, with the reason: they are
@@ -85,6 +86,8 @@ MUTANTS = [
     ("wcpb depth skips", engine("first = last = seq.chunk_depth + 1", "first = last = min(seq.chunk_depth + 2, "
      "self.cfg.num_loops)")),
     ("snapshot kept after finish", engine("seq.snapshot = seq.hidden = None", "seq.hidden = None")),
+    ("stale prefix key on eviction", ((POOL, "self.free.extend(self.cached.pop(key).blocks)",
+                                       "self.free.extend(self.cached[key].blocks)"),)),
     ("both: preflight without the watermark",
      both("if self.preflight(i, v, running - {v}, watermark):", "if self.preflight(i, v, running - {v}, False):",
           "adm, self.pool.free_count() + self.pool.planes * len(freed), len(self.running()) - 1,",

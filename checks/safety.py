@@ -1,5 +1,6 @@
 """Safety properties any LLM scheduler must keep, read from the trace and the
-observation: the slot and token caps, and KV conservation."""
+observation: the slot and token caps, KV conservation, and the blocks each
+request's table lists."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from model.config import Config
 from model.events import Event
 from model.invariants import batch_tokens
 from sut.protocol import Capabilities, Observation
-from sut.view import RUNNING
+from sut.view import RUNNING, RequestView
 
 if TYPE_CHECKING:
     from sut.driver import Driver
@@ -50,12 +51,12 @@ class KvConservation(Check):
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         if obs.kv_errors:
             raise Violation("kv-conservation", "; ".join(obs.kv_errors))
-        if not driver.view.unfinished() and obs.blocks_held:
-            raise Violation("kv-conservation", f"every request finished, but {obs.blocks_held} blocks "
-                                               "are still held")
         if obs.blocks_held > driver.cfg.num_blocks or obs.blocks_held < 0:
             raise Violation("kv-conservation", f"{obs.blocks_held} blocks held of a pool of "
                                                f"{driver.cfg.num_blocks}")
+        if not driver.view.unfinished() and obs.blocks_held:
+            raise Violation("kv-conservation", f"every request finished, but {obs.blocks_held} blocks "
+                                               "are still held")
         running = [r for r in driver.view.open.values() if r.status == RUNNING]
 
         def reached() -> str:   # for the messages only
@@ -74,3 +75,64 @@ class KvConservation(Check):
     def at_end(self, driver: Driver, obs: Observation) -> None:
         if obs.blocks_held:
             raise Violation("kv-conservation", f"drained, but {obs.blocks_held} blocks are still held")
+
+
+class KvTables(Check):
+    """The blocks a running request's table lists (`Observation.block_tables`)
+    hold its KV and nobody else's: each page lists `planes` blocks, no block
+    twice; the pages cover the positions the request has by the trace
+    (`RequestView.reach`); every listed block is counted held (a listed block
+    counted free is reused while the request reads it); and a block in two
+    tables is the same full page of both (the same index, both requests past
+    its end, the same tokens up to it): only such a page is read-only, so
+    sharing any other lets one request write KV that another reads. Tables of
+    requests not running are not judged (`kv-excess` counts their blocks)."""
+
+    name = "kv-tables"
+
+    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
+        return None if caps.block_tables else "the system reports no block tables (capabilities.block_tables)"
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        cfg = driver.cfg
+        first_holder: dict[int, tuple[RequestView, int]] = {}   # block -> the first table and page listing it
+        for r in driver.view.open.values():
+            if r.status != RUNNING:
+                continue
+            pages, rid = obs.block_tables.get(r.spec.rid, []), r.spec.rid
+            if len(pages) * cfg.block_size < (r.reach or 0):
+                raise Violation("kv-tables", f"{rid} has positions 0..{r.reach} by the trace, but its table lists "
+                                             f"{len(pages)} pages of {cfg.block_size}")
+            listed: set[int] = set()
+            for k, page in enumerate(pages):
+                if len(page) != cfg.planes:
+                    raise Violation("kv-tables", f"page {k} of {rid} lists {len(page)} blocks, a page takes "
+                                                 f"{cfg.planes} under kv_layout={cfg.kv_layout}")
+                for block in page:
+                    if block in listed:
+                        raise Violation("kv-tables", f"{rid}'s table lists block {block} twice")
+                    listed.add(block)
+                    if block in first_holder:
+                        _shared(block, *first_holder[block], r, k, cfg.block_size)
+                    else:
+                        first_holder[block] = (r, k)
+        if 0 <= obs.blocks_held < len(first_holder):   # (a count out of the pool's range: kv-conservation)
+            raise Violation("kv-tables", f"the running requests' tables list {len(first_holder)} blocks, but "
+                                         f"{obs.blocks_held} are held: a listed block is counted free")
+
+
+def _shared(block: int, a: RequestView, j: int, b: RequestView, k: int, block_size: int) -> None:
+    """Block `block`, page j of a's table and page k of b's, may be shared: the
+    same full page of both, of the same tokens; else a Violation."""
+    if j != k:
+        raise Violation("kv-tables", f"block {block} is page {j} of {a.spec.rid} and page {k} of {b.spec.rid}")
+    end = (k + 1) * block_size
+    for r in (a, b):
+        if (r.reach or 0) < end:
+            raise Violation("kv-tables", f"block {block}, page {k} of {a.spec.rid} and {b.spec.rid}, is shared "
+                                         f"but {r.spec.rid} has only positions 0..{r.reach} of it (a page is "
+                                         "shared once full)")
+    if a.content(end) != b.content(end):
+        raise Violation("kv-tables", f"block {block}, page {k} of {a.spec.rid} and {b.spec.rid}, is shared but "
+                                     f"their tokens at positions 0..{end} differ: {list(a.content(end))} and "
+                                     f"{list(b.content(end))}")

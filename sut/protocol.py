@@ -58,6 +58,8 @@ class Capabilities:
       and refuses workloads that contradict them.
     internals: the SUT has an `internals()` verb returning `Internals` (with
       semantics "loopcheck": the documented rules on them are checked).
+    block_tables: `Observation.block_tables` lists the blocks each request holds
+      (the `kv-tables` checks run).
     """
 
     kv: bool = False
@@ -68,6 +70,7 @@ class Capabilities:
     semantics: str | None = None
     pinned: dict[str, Any] = field(default_factory=dict)
     internals: bool = False
+    block_tables: bool = False
 
 
 @dataclass
@@ -80,6 +83,9 @@ class Observation:
     fingerprints: per request, a digest of the exact output bits (optional).
     unfinished: requests are queued, waiting, running or preempted.
     state_key: a hashable value equal exactly when the scheduling states are equal.
+    block_tables: per request holding KV blocks, its pages in position order (page k
+      holds positions k * block_size onwards), each the ids of its blocks (one per
+      plane); ids name blocks of the pool, any ints.
     """
 
     blocks_held: int = 0
@@ -88,6 +94,7 @@ class Observation:
     fingerprints: dict[str, str] = field(default_factory=dict)
     unfinished: bool = False
     state_key: Hashable | None = None
+    block_tables: dict[str, list[list[int]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -176,8 +183,8 @@ def check_observation(obs: object, known: Container[str]) -> Observation:
     (`known`); else ProtocolError naming the rule."""
     if not isinstance(obs, Observation):
         raise ProtocolError("observe returns an Observation", f"got {type(obs).__name__}")
-    if type(obs.blocks_held) is not int or obs.blocks_held < 0:
-        raise ProtocolError("blocks_held is an int >= 0", f"got {obs.blocks_held!r}")
+    if type(obs.blocks_held) is not int:   # (out of the pool's range is a KV bug: kv-conservation)
+        raise ProtocolError("blocks_held is an int", f"got {obs.blocks_held!r}")
     if not isinstance(obs.kv_errors, list) or not all(isinstance(e, str) for e in obs.kv_errors):
         raise ProtocolError("kv_errors is a list of str", f"got {obs.kv_errors!r}")
     if type(obs.unfinished) is not bool:
@@ -191,6 +198,13 @@ def check_observation(obs: object, known: Container[str]) -> Observation:
                 raise ProtocolError(f"{name} name submitted requests", f"{name} has unknown request {rid!r}")
             if not isinstance(value, wanted):
                 raise ProtocolError(f"{name} maps request ids to {kind}", f"{rid!r}: got {value!r}")
+    if not isinstance(obs.block_tables, dict) or not all(
+            isinstance(pages, list) and all(_ints(page) for page in pages) for pages in obs.block_tables.values()):
+        raise ProtocolError("block_tables maps request ids to lists of pages, each a list of int block ids",
+                            f"got {obs.block_tables!r}")
+    unknown = [rid for rid in obs.block_tables if rid not in known]
+    if unknown:
+        raise ProtocolError("block_tables name submitted requests", f"block_tables has unknown request {unknown[0]!r}")
     for rid, out in obs.outputs.items():
         if not (_ints(out.token_ids) and _ints(out.exit_depths)) or out.finish_reason not in (None, *FINISH_REASONS):
             raise ProtocolError("outputs hold lists of int token ids and exit depths and a finish reason",

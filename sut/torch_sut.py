@@ -18,7 +18,7 @@ class TorchSUT:
         self.engine = LLMEngine(cfg, batch_invariant)
         self.capabilities = Capabilities(kv=True, state_key=True, fingerprints=True,
                                          priorities=cfg.priority_preemption, semantics="loopcheck",
-                                         internals=True)
+                                         internals=True, block_tables=True)
 
     def add(self, spec: RequestSpec) -> None:
         self.engine.add_request(spec)
@@ -32,7 +32,9 @@ class TorchSUT:
     def observe(self) -> Observation:
         e = self.engine
         return Observation(blocks_held=e.blocks_held(), kv_errors=e.conservation_errors(), outputs=e.outputs(),
-                           fingerprints=e.fingerprints(), unfinished=e.has_unfinished(), state_key=e.state_key())
+                           fingerprints=e.fingerprints(), unfinished=e.has_unfinished(), state_key=e.state_key(),
+                           block_tables={s.rid: [list(p.blocks) for p in s.pages]
+                                         for s in e.scheduler.seqs if s.pages})
 
     def internals(self) -> Internals:
         from engine.sequence import PREEMPTED, WAITING

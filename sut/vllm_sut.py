@@ -54,7 +54,7 @@ class VllmSUT:
 
         self.cfg = cfg
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
-                                         pinned=PINNED)
+                                         pinned=PINNED, block_tables=True)
         bs = cfg.block_size
         long_prefill = cfg.prefill_chunk_size if cfg.prefill_chunk_size < cfg.max_num_batched_tokens else 0
         if cfg.max_num_batched_tokens < cfg.max_num_seqs:
@@ -170,7 +170,14 @@ class VllmSUT:
                tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free_ids)
         return Observation(blocks_held=self.cfg.num_blocks - len(free_ids), kv_errors=self._kv_errors(free_ids),
                            outputs=self.outputs, unfinished=bool(self.pending) or s.has_unfinished_requests(),
-                           state_key=key)
+                           state_key=key, block_tables=self._block_tables())
+
+    def _block_tables(self) -> dict[str, list[list[int]]]:
+        """Per request holding blocks, its blocks in page order (the one KV cache
+        group's; vLLM's null block left out)."""
+        (manager,) = self.scheduler.kv_cache_manager.coordinator.single_type_managers
+        return {rid: [[b.block_id] for b in blocks if not b.is_null]
+                for rid, blocks in manager.req_to_blocks.items() if blocks}
 
     def _kv_errors(self, free_ids: tuple[int, ...]) -> list[str]:
         """Every block's ref count equals the requests that hold it; the free queue

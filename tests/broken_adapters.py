@@ -94,6 +94,14 @@ class TextUnfinished(Observing):
     broken = {"unfinished": "yes"}
 
 
+class TupleTables(Observing):
+    broken = {"block_tables": lambda obs: {rid: ((0,),) for rid in obs.outputs}}
+
+
+class StrangerTables(Observing):
+    broken = {"block_tables": {"nobody": [[0]]}}
+
+
 class PinsNoField(ModelSUT):
     def __init__(self, cfg) -> None:
         super().__init__(cfg)

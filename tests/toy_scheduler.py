@@ -1,6 +1,6 @@
 """A small third-party-style scheduler that does not share loopcheck's semantics
-(FCFS or priority queue, chunked prefill, incremental KV blocks, a prefix cache
-whose hit pages the toy holds privately, recompute preemption of the last
+(FCFS or priority queue, chunked prefill, incremental KV blocks with ids, a
+prefix cache whose full prompt pages requests share, recompute preemption of the last
 admitted running request, no WCPB, no snapshots; under priority, the least
 urgent running request is the one preempted, and the token budget goes to the
 most urgent waiting request before less urgent running ones; a preemption names
@@ -10,6 +10,7 @@ of it."""
 
 from __future__ import annotations
 
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from model.config import Config
@@ -22,32 +23,83 @@ PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshot
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
         "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
         "unreported-stop", "short-alloc", "early-token", "stale-resume", "page-key",
-        "keep-on-preempt", "phantom-restore", "urgent-victim")
+        "keep-on-preempt", "phantom-restore", "urgent-victim", "stale-key")
 
 
 @dataclass
 class Req:
     spec: RequestSpec
     computed: int = 0
-    blocks: int = 0
+    table: list[int] = field(default_factory=list)   # its blocks, one a page
     tokens: list[int] = field(default_factory=list)
     done: str | None = None
     preempted: bool = False
     preempted_once: bool = False
 
 
+class Pool:
+    """The toy's blocks: a free queue, and prefix-cache pages by key, shared by
+    requests (a cached page nobody holds is free too, evicted oldest first).
+    `stale_keys`: the bug that keeps an evicted page's key, so the key names a
+    block that now holds other tokens."""
+
+    def __init__(self, num_blocks: int, stale_keys: bool) -> None:
+        self.stale_keys = stale_keys
+        self.queue: deque[int] = deque(range(num_blocks))
+        self.holders = [0] * num_blocks
+        self.cached: dict[tuple[int, ...], int] = {}   # key -> block
+        self.key_of: dict[int, tuple[int, ...]] = {}   # cached block -> its key
+        self.evictable: OrderedDict[int, None] = OrderedDict()
+
+    @property
+    def free(self) -> int:
+        return len(self.queue) + len(self.evictable)
+
+    def take(self) -> int:
+        """A block for a new page: from the queue, else the oldest evictable page's."""
+        if self.queue:
+            block = self.queue.popleft()
+        else:
+            block, _ = self.evictable.popitem(last=False)
+            key = self.key_of.pop(block)
+            if not self.stale_keys:
+                del self.cached[key]
+        self.holders[block] = 1
+        return block
+
+    def share(self, key: tuple[int, ...]) -> int:
+        block = self.cached[key]
+        if not self.holders[block] and block in self.evictable:
+            del self.evictable[block]
+        elif not self.holders[block]:
+            self.queue.remove(block)   # a stale key's block, freed since
+        self.holders[block] += 1
+        return block
+
+    def publish(self, block: int, key: tuple[int, ...]) -> None:
+        if key not in self.cached and block not in self.key_of:
+            self.cached[key], self.key_of[block] = block, key
+
+    def release(self, block: int) -> None:
+        self.holders[block] -= 1
+        if not self.holders[block]:
+            if block in self.key_of:
+                self.evictable[block] = None
+            else:
+                self.queue.append(block)
+
+
 class ToyScheduler:
     def __init__(self, cfg: Config, bugs: frozenset[str] = frozenset()) -> None:
         self.cfg, self.bugs = cfg, bugs
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
-                                         pinned=PINNED)
-        self.free = cfg.num_blocks
+                                         pinned=PINNED, block_tables=True)
+        self.pool = Pool(cfg.num_blocks, "stale-key" in bugs)
         self.pending: list[RequestSpec] = []
         self.aborting: list[str] = []
         self.reqs: dict[str, Req] = {}
         self.waiting: list[Req] = []
         self.running: list[Req] = []
-        self.cached: set[tuple[int, ...]] = set()   # prefix-cache keys of the full prompt pages computed so far
 
     def add(self, spec: RequestSpec) -> None:
         self.pending.append(spec)
@@ -60,24 +112,29 @@ class ToyScheduler:
         (the bug: only its own tokens, so pages of different prefixes collide)."""
         return prompt[end - self.cfg.block_size:end] if "page-key" in self.bugs else prompt[:end]
 
-    def _hits(self, r: Req) -> int:
-        """With prefix caching, the leading full prompt pages some request computed,
-        leaving the last prompt position to compute (hit pages are copied, not
-        shared: the toy allocates them privately)."""
-        hits, bs = 0, self.cfg.block_size
-        while self.cfg.prefix_caching and (hits + 1) * bs < len(r.spec.prompt) and \
-                self._page_key(r.spec.prompt, (hits + 1) * bs) in self.cached:
-            hits += 1
-        return hits
+    def _hits(self, r: Req) -> list[tuple[int, ...]]:
+        """With prefix caching, the keys of the leading full prompt pages in the
+        cache, leaving the last prompt position to compute (none for a request
+        that holds pages)."""
+        keys, bs = [], self.cfg.block_size
+        while self.cfg.prefix_caching and not r.table and (len(keys) + 1) * bs < len(r.spec.prompt) and \
+                self._page_key(r.spec.prompt, (len(keys) + 1) * bs) in self.pool.cached:
+            keys.append(self._page_key(r.spec.prompt, (len(keys) + 1) * bs))
+        return keys
 
     def _need(self, r: Req, positions: int) -> int:
         pages = positions // self.cfg.block_size if "short-alloc" in self.bugs else -(-positions // self.cfg.block_size)
-        return max(0, pages - r.blocks)   # the bug leaves a partly used last block out
+        return max(0, pages - len(r.table))   # the bug leaves a partly used last block out
+
+    def _grow(self, r: Req, positions: int) -> None:
+        for _ in range(self._need(r, positions)):
+            r.table.append(self.pool.take())
 
     def _release(self, r: Req) -> None:
         if "leak" not in self.bugs or r.done is None:
-            self.free += r.blocks
-        r.blocks = 0
+            for block in r.table:
+                self.pool.release(block)
+        r.table = []
 
     def _finish(self, r: Req, reason: str, events: list[Event]) -> None:
         r.done = reason
@@ -129,14 +186,15 @@ class ToyScheduler:
         for r in list(self.running):
             if r not in self.running:
                 continue
-            if head is not None and r.spec.key > head.spec.key and self._need(head, len(head.spec.prompt)) <= self.free:
+            if head is not None and r.spec.key > head.spec.key and \
+                    self._need(head, len(head.spec.prompt)) <= self.pool.free:
                 continue   # the token budget goes to the more urgent waiting request first
             left = len(r.spec.prompt) - r.computed if "chunk-overrun" not in self.bugs else cfg.prefill_chunk_size
             n = min(cfg.prefill_chunk_size, left) if r.computed < len(r.spec.prompt) else 1
             n = min(n, budget) if "budget" not in self.bugs else n
             if n <= 0:
                 continue
-            while self._need(r, r.computed + n) > self.free and self.running:
+            while self._need(r, r.computed + n) > self.pool.free and self.running:
                 # of those not in the batch yet, the last admitted, or under priority the least urgent; may be r
                 free_to_go = [v for v in self.running if not any(v is b for b, _ in batch)]
                 victim = max(free_to_go, key=lambda v: v.spec.key) if priority else free_to_go[-1]
@@ -153,8 +211,7 @@ class ToyScheduler:
                 self.running.remove(r)
                 self._preempt(r, r, events)
             if r in self.running:
-                self.free -= self._need(r, r.computed + n)
-                r.blocks += self._need(r, r.computed + n)
+                self._grow(r, r.computed + n)
                 budget -= n
                 batch.append((r, n))
         order = (lambda r: r.spec.key) if priority else (lambda r: (not r.preempted, r.spec.arrival, r.spec.rid))
@@ -162,18 +219,21 @@ class ToyScheduler:
         for r in list(self.waiting):
             if budget <= 0 or (len(self.running) >= cfg.max_num_seqs and "slot-cap" not in self.bugs):
                 break
-            hits = self._hits(r)
+            keys = self._hits(r)
+            hits = len(keys)
             start = max(r.computed, hits * cfg.block_size)
             n = min(cfg.prefill_chunk_size, len(r.spec.prompt) - start, budget)
-            while "spin" in self.bugs and self._need(r, start + n) > self.free:
+            # new pages, and hit pages that nobody holds (free until shared)
+            cost = self._need(r, start + n) - hits + sum(not self.pool.holders[self.pool.cached[k]] for k in keys)
+            while "spin" in self.bugs and cost > self.pool.free:
                 pass   # waits, inside the step, for blocks that only a later step can free
-            if self._need(r, start + n) > self.free:
+            if cost > self.pool.free:
                 continue
             self.waiting.remove(r)
             self.running.append(r)
             r.computed = start
-            self.free -= self._need(r, start + n)
-            r.blocks += self._need(r, start + n)
+            r.table += [self.pool.share(k) for k in keys]
+            self._grow(r, start + n)
             budget -= n
             restored = start - hits * cfg.block_size if "phantom-restore" in self.bugs else 0
             events.append(Event("resume", r.spec.rid, (hits, restored)) if r.preempted else
@@ -183,7 +243,7 @@ class ToyScheduler:
         for r, n in batch:
             start, r.computed = r.computed, r.computed + n
             for end in range(cfg.block_size, min(r.computed, len(r.spec.prompt)) + 1, cfg.block_size):
-                self.cached.add(self._page_key(r.spec.prompt, end))
+                self.pool.publish(r.table[end // cfg.block_size - 1], self._page_key(r.spec.prompt, end))
             if "skip-position" in self.bugs and 0 < start < len(r.spec.prompt) - 1:
                 start += 1   # a continued prefill leaves out its first position
             if start < len(r.spec.prompt):
@@ -201,18 +261,20 @@ class ToyScheduler:
         return events
 
     def observe(self) -> Observation:
-        held = sum(r.blocks for r in self.reqs.values())
-        errors = [] if self.free + held == self.cfg.num_blocks else [
-            f"free {self.free} + held {held} != {self.cfg.num_blocks}"]
+        held = len({b for r in self.reqs.values() for b in r.table})
+        errors = [] if self.pool.free + held == self.cfg.num_blocks else [
+            f"free {self.pool.free} + held {held} != {self.cfg.num_blocks}"]
         shown = {rid: r.tokens[:-1] if "unreported-stop" in self.bugs and r.done == "stop" else r.tokens
                  for rid, r in self.reqs.items()}   # the bug leaves a stop token out of what it reports
         outputs = {rid: RequestOutput(rid, list(shown[rid]), [1] * len(shown[rid]), r.done)
                    for rid, r in self.reqs.items()}
-        key = (tuple((rid, r.computed, r.blocks, len(r.tokens), r.done) for rid, r in self.reqs.items()),
-               tuple(r.spec.rid for r in self.waiting), tuple(r.spec.rid for r in self.running), self.free)
-        return Observation(blocks_held=self.cfg.num_blocks - self.free, kv_errors=errors, outputs=outputs,
+        key = (tuple((rid, r.computed, tuple(r.table), len(r.tokens), r.done) for rid, r in self.reqs.items()),
+               tuple(r.spec.rid for r in self.waiting), tuple(r.spec.rid for r in self.running),
+               tuple(self.pool.queue), tuple(self.pool.evictable), tuple(sorted(self.pool.cached.items())))
+        return Observation(blocks_held=self.cfg.num_blocks - self.pool.free, kv_errors=errors, outputs=outputs,
                            unfinished=bool(self.pending) or any(r.done is None for r in self.reqs.values()),
-                           state_key=key)
+                           state_key=key, block_tables={rid: [[b] for b in r.table]
+                                                        for rid, r in self.reqs.items() if r.table})
 
 
 def leaky(cfg: Config) -> ToyScheduler:
