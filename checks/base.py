@@ -35,6 +35,7 @@ class Check:
     raise Violation when the property breaks."""
 
     name = "check"
+    props: tuple[str, ...] = ()   # the properties its violations name
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         """Why this check cannot run on a SUT with these capabilities (None: it runs)."""

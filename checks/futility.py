@@ -26,6 +26,7 @@ class GuardedFutility(Check):
     counted wrongly)."""
 
     name = "futile-preemption"
+    props = ("futile-preemption",)
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         if caps.semantics != "loopcheck":

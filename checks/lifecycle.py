@@ -32,6 +32,7 @@ class Lifecycle(Check):
     in the system (waiting, running or preempted): nobody could need its blocks."""
 
     name = "lifecycle"
+    props = ("lifecycle", "lone-preemption")
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         view, cfg = driver.view, driver.cfg
@@ -87,6 +88,7 @@ class Work(Check):
     resumption, preemption or rewind drops the chunk)."""
 
     name = "work"
+    props = ("work",)
 
     def __init__(self) -> None:
         self.in_flight: dict[str, tuple[int, int, int]] = {}   # request -> its WCPB chunk short of num_loops
@@ -165,6 +167,7 @@ class Aborts(Check):
     rejected first)."""
 
     name = "abort"
+    props = ("abort",)
 
     def __init__(self) -> None:
         self.aborted: list[str] = []   # aborted since the last step, unfinished then
@@ -202,6 +205,7 @@ class PrefixHits(Check):
     hits pages never computed.)"""
 
     name = "prefix-hits"
+    props = ("prefix-hits",)
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         view, cfg = driver.view, driver.cfg

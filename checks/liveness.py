@@ -26,6 +26,7 @@ class Progress(Check):
     `stall_steps` steps in a row with no event at all are a stall."""
 
     name = "progress"
+    props = ("stall", "livelock")
 
     def __init__(self, stall_steps: int = 3) -> None:
         self.stall_steps = stall_steps
@@ -62,6 +63,7 @@ class NeverFitRejected(Check):
     that fits is never rejected."""
 
     name = "never-fit-rejected"
+    props = ("never-fit-not-rejected", "fit-rejected")
 
     def __init__(self, within: int = 3) -> None:
         self.within = within
@@ -98,6 +100,7 @@ class PriorityWaiting(Check):
     priority value ran and no request more urgent than w did."""
 
     name = "priority-waiting"
+    props = ("priority-inversion",)
 
     def __init__(self, within: int = 3) -> None:
         self.within = within
@@ -141,6 +144,7 @@ class PriorityVictims(Check):
     preemption names the request it was for."""
 
     name = "priority-victim"
+    props = ("priority-victim",)
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return None if caps.priorities else "the system claims no priority preemption (capabilities.priorities)"

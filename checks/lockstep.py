@@ -35,6 +35,7 @@ class Lockstep(Check):
     accounting sound and equal, and the model's frontiers and budget kept."""
 
     name = "lockstep"
+    props = ("conformance", "kv-conservation", "safety")
 
     def __init__(self) -> None:
         self.model: ModelSUT | None = None
@@ -78,6 +79,7 @@ class ModelBounds(Check):
     (guarded policy, upfront allocation, no prefix caching)."""
 
     name = "bounds"
+    props = ("preemption-bound",)
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return _semantics(caps)

@@ -41,6 +41,7 @@ class OutputEquivalence(Check):
     (`Driver.skipped`)."""
 
     name = "output-equivalence"
+    props = ("output-equivalence",)
 
     def at_end(self, driver: Driver, obs: Observation) -> None:
         from sut.driver import run_workload
@@ -81,6 +82,7 @@ class ReportedOutputs(Check):
     the reason of its finish event."""
 
     name = "reported-outputs"
+    props = ("reported-outputs",)
 
     def at_end(self, driver: Driver, obs: Observation) -> None:
         for rid, r in driver.view.requests.items():

@@ -63,6 +63,7 @@ class DocumentedRules(Check):
       without, none does (so nothing is held by a finished request)."""
 
     name = "rules"
+    props = ("one-victim", "victim-order", "bypass-limit", "bypass-count", "futility-guard", "snapshots")
 
     def __init__(self) -> None:
         self.bypasses: Counter[str] = Counter()

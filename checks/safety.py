@@ -23,6 +23,7 @@ class Caps(Check):
     step, as the events report them."""
 
     name = "caps"
+    props = ("caps",)
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         cfg = driver.cfg
@@ -44,6 +45,7 @@ class KvConservation(Check):
     they last), and nothing is held once every request has finished."""
 
     name = "kv-conservation"
+    props = ("kv-conservation", "kv-coverage", "kv-excess")
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return None if caps.kv else "the system reports no KV accounting (capabilities.kv)"
@@ -89,6 +91,7 @@ class KvTables(Check):
     requests not running are not judged (`kv-excess` counts their blocks)."""
 
     name = "kv-tables"
+    props = ("kv-tables",)
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return None if caps.block_tables else "the system reports no block tables (capabilities.block_tables)"

@@ -19,7 +19,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.stateful import get_state_machine_test
 
 from checks.base import Violation
-from checks.suite import checks_for
+from checks.suite import CheckSet
 from fuzz.directed import Director
 from fuzz.machine import (
     LAST_FAILURE,
@@ -93,20 +93,23 @@ def progress_line(elapsed: float, stats: Stats) -> str:
 def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path, mode: str = "regression",
                  db: str | None = None, factory: SutFactory = TorchSUT, check_mode: str = "lockstep",
                  shape: Shape = DEFAULT_SHAPE, batch_examples: int = 20, max_replays: int | None = None,
-                 progress: Callable[[str], None] | None = None, fixed: dict[str, Any] | None = None
-                 ) -> CampaignResult:
+                 progress: Callable[[str], None] | None = None, fixed: dict[str, Any] | None = None,
+                 ignore: frozenset[str] = frozenset()) -> CampaignResult:
     """Replay the directed failures the database kept, then run seeded batches
     (each followed by a directed round) until a property breaks or the budget is
     spent; then shrink the failure and write it. The budget covers both:
     shrinking stops at the budget or after DEFAULT_REPLAYS replays. With `max_replays`, shrinking makes
     exactly that many replays at most, whatever the time (so a file is reproduced
-    byte for byte). `fixed` pins config fields beyond those the system pins."""
+    byte for byte). `fixed` pins config fields beyond those the system pins;
+    violations of the properties in `ignore` are counted, not reported
+    (`CheckSet`)."""
     out.mkdir(parents=True, exist_ok=True)
     stats = Stats()
     caps = capabilities_of(factory)
     pinned = {**(fixed or {}), **caps.pinned}
     strategy, max_prompt, max_tokens = config_strategy(mode, policy, pinned)
-    machine = machine_class(strategy, factory, check_mode, out, stats, max_prompt, max_tokens, shape)
+    checks = CheckSet(check_mode, ignore)
+    machine = machine_class(strategy, factory, checks, out, stats, max_prompt, max_tokens, shape)
     database = open_database(db, out)
     start = time.monotonic()
     result = CampaignResult(seed_value, 0.0, stats)
@@ -121,7 +124,7 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
             saved = [(workload_from_json(json.loads(v)), Counter()) for v in sorted(database.fetch(DIRECTED_KEY))]
 
             def directed(runs: Iterable[tuple[Workload, Counter]]) -> None:
-                run_directed(runs, factory, check_mode, out, stats, start, result, database)
+                run_directed(runs, factory, checks, out, stats, start, result, database)
 
             directed(saved)   # the directed failures of earlier campaigns first
             if result.violation is None:
@@ -139,7 +142,7 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
         try:
             with StopRequest.deferred():
                 deadline = None if max_replays is not None else start + budget_seconds
-                finalise(result, out, factory, check_mode, max_replays or DEFAULT_REPLAYS, deadline, progress)
+                finalise(result, out, factory, checks, max_replays or DEFAULT_REPLAYS, deadline, progress)
         except KeyboardInterrupt as exc:   # the unshrunk file the machine wrote stays
             result.interrupted = exit_code(exc)
             result.counterexample = counterexample_path(out, result.violation.prop)
@@ -199,7 +202,7 @@ def directed_configs(mode: str, policy: str, pinned: dict[str, Any]) -> list[st.
 DIRECTED_KEY = b"loopcheck:directed-failures"   # failing directed workloads in the example database
 
 
-def run_directed(runs: Iterable[tuple[Workload, Counter]], factory: SutFactory, check_mode: str, out: Path,
+def run_directed(runs: Iterable[tuple[Workload, Counter]], factory: SutFactory, checks: CheckSet, out: Path,
                  stats: Stats, start: float, result: CampaignResult, database: ExampleDatabase) -> None:
     """Run window-directed workloads, each with the windows it opens (a round's,
     or the failing ones the database kept), on the system, within the budget
@@ -212,21 +215,21 @@ def run_directed(runs: Iterable[tuple[Workload, Counter]], factory: SutFactory, 
             return
         stats.new_example()
         try:
-            run = run_workload(w, factory, checks_for(check_mode), on_step=stats.note_step)
+            run = run_workload(w, factory, checks.build(), on_step=stats.note_step)
         except WorkloadError:
             continue   # the system refuses this config, as it may refuse the machine's draws: the next workload
         stats.examples += 1
         stats.windows.update(windows.keys())
-        stats.note_run(run.driver.skipped)
+        stats.note_run(run.driver)
         if run.violation is not None:
-            record_failure(out, w, run.violation, run.driver.trace, f"loopcheck fuzz --check {check_mode}", stats,
+            record_failure(out, w, run.violation, run.driver.trace, f"loopcheck fuzz {checks}", stats,
                            start)
             database.save(DIRECTED_KEY, json.dumps(w.to_json(), sort_keys=True).encode())
             result.violation = run.violation
             return
 
 
-def finalise(result: CampaignResult, out: Path, factory: SutFactory, check_mode: str, max_replays: int,
+def finalise(result: CampaignResult, out: Path, factory: SutFactory, checks: CheckSet, max_replays: int,
              deadline: float | None, progress: Callable[[str], None] | None) -> None:
     """Shrink the recorded failure and rewrite it with a fresh trace."""
     assert result.violation is not None
@@ -234,7 +237,7 @@ def finalise(result: CampaignResult, out: Path, factory: SutFactory, check_mode:
     if progress:
         progress(f"shrinking a {result.violation.prop} counterexample of {len(recorded.requests)} requests ...")
     try:
-        shrunk = shrink(recorded, result.violation.prop, factory, lambda: checks_for(check_mode), max_replays,
+        shrunk = shrink(recorded, result.violation.prop, factory, checks.build, max_replays,
                         deadline, progress)
         small, run = shrunk.workload, shrunk.run
         assert run.violation is not None
@@ -245,9 +248,9 @@ def finalise(result: CampaignResult, out: Path, factory: SutFactory, check_mode:
                                 f"({len(small.requests)} requests)")
     except ValueError:
         result.notes.append("the recorded workload does not reproduce on replay; kept unshrunk")
-        small, run = recorded, run_workload(recorded, factory, checks_for(check_mode))
+        small, run = recorded, run_workload(recorded, factory, checks.build())
     result.counterexample = write_counterexample(out, small, result.violation, run.driver.trace,
-                                                 f"loopcheck fuzz --check {check_mode}")
+                                                 f"loopcheck fuzz {checks}")
     result.requests = len(small.requests)
 
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, precondition, rule
 
 from checks.base import Violation
-from checks.suite import checks_for
+from checks.suite import CheckSet, Ignoring
 from fuzz.strategies import DEFAULT_SHAPE, VOCAB, Shape, request_bodies
 from model.config import Config
 from model.errors import StopRequest, WorkloadError
@@ -31,6 +31,8 @@ from sut.driver import Driver
 from sut.loader import capabilities_of
 from sut.protocol import Observation, SutFactory
 from sut.torch_sut import TorchSUT
+
+LOCKSTEP = CheckSet("lockstep")
 
 
 @dataclass
@@ -43,6 +45,7 @@ class Stats:
     branches: Counter = field(default_factory=Counter)
     windows: Counter = field(default_factory=Counter)   # rare windows opened by the directed workloads run
     not_run: Counter = field(default_factory=Counter)   # (check, why it did not run) -> runs it did not run in
+    ignored: Counter = field(default_factory=Counter)   # ignored property -> runs that broke it
     first_failure_at: float | None = None
     ticker: Callable[[], None] | None = None   # called about every TICK seconds of stepping
     next_tick: float = 0.0
@@ -74,9 +77,11 @@ class Stats:
                 out.append("abort+preempted")
         return out
 
-    def note_run(self, skipped: dict[str, str]) -> None:
-        """A run's checks that did not run, with why (`Driver.skipped`)."""
-        self.not_run.update(skipped.items())
+    def note_run(self, driver: Driver) -> None:
+        """A run's checks that did not run, with why (`Driver.skipped`), and the
+        ignored properties it broke."""
+        self.not_run.update(driver.skipped.items())
+        self.ignored.update({c.broken.prop for c in driver.checks if isinstance(c, Ignoring) and c.broken})
 
     def note_step(self, events: list[Event], obs: Observation) -> None:
         """Scheduler branches, as far as events show them; and the ticker, when due."""
@@ -135,7 +140,7 @@ class LoopcheckMachine(RuleBasedStateMachine):
     """Bind with `machine_class`, which sets the class attributes below."""
 
     factory: SutFactory = TorchSUT
-    mode: str = "lockstep"
+    checks: CheckSet = LOCKSTEP
     source: str = "loopcheck fuzz"
     shape: Shape = DEFAULT_SHAPE
     out_dir: Path | None = None
@@ -154,7 +159,7 @@ class LoopcheckMachine(RuleBasedStateMachine):
         if self.budget_spent():
             return
         try:
-            self.driver = Driver(cls.factory, config, checks_for(cls.mode), cls.stats.note_step)
+            self.driver = Driver(cls.factory, config, cls.checks.build(), cls.stats.note_step)
         except WorkloadError:
             reject()   # the system refuses this config: draw another
         self.guarded(self.driver.raise_failure)   # a crash while building the system is a finding
@@ -217,21 +222,24 @@ class LoopcheckMachine(RuleBasedStateMachine):
         type(self).stats.rules["step"] += 1
 
     def teardown(self) -> None:
-        if not self.budget_spent() and self.ok():
-            self.guarded(self.driver.finish)
-        if hasattr(self, "driver"):
-            type(self).stats.note_run(self.driver.skipped)
+        try:
+            if not self.budget_spent() and self.ok():
+                self.guarded(self.driver.finish)
+        finally:   # a failing run is noted too
+            if hasattr(self, "driver"):
+                type(self).stats.note_run(self.driver)
 
 
 PREFIXES = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=6).map(tuple),
                     min_size=1, max_size=2).map(tuple)
 
 
-def machine_class(configs: st.SearchStrategy[Config], factory: SutFactory = TorchSUT, mode: str = "lockstep",
+def machine_class(configs: st.SearchStrategy[Config], factory: SutFactory = TorchSUT,
+                  checks: CheckSet = LOCKSTEP,
                   out_dir: Path | None = None, stats: Stats | None = None, max_prompt: int = 6,
                   max_tokens: int = 5, shape: Shape = DEFAULT_SHAPE, source: str = "loopcheck fuzz"
                   ) -> type[LoopcheckMachine]:
-    """A machine class bound to a config strategy, a system, a check mode, an
+    """A machine class bound to a config strategy, a system, its checks, an
     output folder and a workload shape (each example draws a swarm subset of it)."""
 
     class BoundLoopcheckMachine(LoopcheckMachine):
@@ -240,7 +248,7 @@ def machine_class(configs: st.SearchStrategy[Config], factory: SutFactory = Torc
             self.setup(config, prefixes, example_shape)
 
     BoundLoopcheckMachine.factory = staticmethod(factory)  # type: ignore[assignment]
-    BoundLoopcheckMachine.mode = mode
+    BoundLoopcheckMachine.checks = checks
     BoundLoopcheckMachine.out_dir = out_dir
     BoundLoopcheckMachine.stats = stats or Stats()
     BoundLoopcheckMachine.max_prompt = max_prompt

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from checks.base import Violation
+from checks.suite import CheckSet
 from fuzz.machine import Stats, counterexample_path, machine_class
 from fuzz.strategies import configs
 from model.config import Config
@@ -53,7 +54,8 @@ def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] 
     stats = Stats()
     out = Path(out_dir)
     strategy = config_strategy if config_strategy is not None else configs(**caps.pinned)
-    machine = machine_class(strategy, factory, mode, out, stats, source=f"pytest loopcheck_machine ({mode})", **kw)
+    machine = machine_class(strategy, factory, CheckSet(mode), out, stats, source=f"pytest loopcheck_machine ({mode})",
+                            **kw)
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
     try:
         run_state_machine_as_test(machine, settings=settings(

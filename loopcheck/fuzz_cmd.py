@@ -14,7 +14,7 @@ from pathlib import Path
 from fuzz.campaign import BRANCHES, CampaignResult, main_progress, run_campaign
 from fuzz.directed import WINDOWS
 from fuzz.strategies import Shape
-from loopcheck.options import add_adapter, add_check_mode, check_mode_of
+from loopcheck.options import add_adapter, add_check_mode, check_set_of
 from loopcheck.report import banner, command_line, reproduce_line
 from sut.loader import capabilities_of, load_factory
 
@@ -43,13 +43,14 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def _worker(job: tuple) -> CampaignResult:
-    adapter, check, policy, budget, seed_value, out, mode, db, shape, replays, label = job
+    adapter, checks, policy, budget, seed_value, out, mode, db, shape, replays, label = job
 
     def progress(line: str) -> None:
         main_progress(f"{label}{line}")
 
-    return run_campaign(policy, budget, seed_value, Path(out), mode, db, load_factory(adapter), check,
-                        Shape.parse(shape), max_replays=replays, progress=progress if label is not None else None)
+    return run_campaign(policy, budget, seed_value, Path(out), mode, db, load_factory(adapter), checks.mode,
+                        Shape.parse(shape), max_replays=replays, progress=progress if label is not None else None,
+                        ignore=checks.ignore)
 
 
 def with_replays(argv: list[str], replays: int) -> list[str]:
@@ -72,17 +73,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     shape = Shape.parse(args.shape)
     caps = capabilities_of(load_factory(args.adapter))
-    check = check_mode_of(args, caps.semantics)
+    checks = check_set_of(args, caps.semantics)
+    check = checks.mode
     configs = args.configs or ("regression" if caps.semantics == "loopcheck" else "random")
     seed_value = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    argv = ["fuzz", "--adapter", args.adapter, "--check", check, "--policy", args.policy, "--budget-seconds",
+    argv = ["fuzz", "--adapter", args.adapter, *checks.flags(), "--policy", args.policy, "--budget-seconds",
             f"{args.budget_seconds:g}", "--seed", str(seed_value), "--out", args.out, "--configs", configs,
             "--workers", str(args.workers), "--shape", str(shape)]
     argv += ["--db", args.db] if args.db else []
     argv += ["--json"] if args.json else []
     argv += ["--shrink-replays", str(args.shrink_replays)] if args.shrink_replays is not None else []
     banner(seed_value, argv, sys.stderr)
-    jobs = [(args.adapter, check, args.policy, args.budget_seconds, seed_value + 100_003 * w,
+    jobs = [(args.adapter, checks, args.policy, args.budget_seconds, seed_value + 100_003 * w,
              str(Path(args.out) / f"w{w}"), configs, args.db or str(Path(args.out) / "db"), str(shape),
              args.shrink_replays, None if args.json else (f"w{w} " if args.workers > 1 else ""))
             for w in range(args.workers)]
@@ -106,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         "windows": {name: sum(r.stats.windows[name] for r in results) for name in WINDOWS},
         "checks_not_run": [{"check": check_name, "why": why, "runs": runs} for (check_name, why), runs in
                            sorted(sum((r.stats.not_run for r in results), Counter()).items())],
+        "ignored": [{"property": prop, "runs": sum(r.stats.ignored[prop] for r in results)}
+                    for prop in sorted(checks.ignore)],
         "counterexamples": [{"property": r.violation.prop, "message": r.violation.message,
                              "file": str(r.counterexample), "requests": r.requests,
                              "time_to_failure": r.time_to_failure, "notes": r.notes,
@@ -123,11 +127,15 @@ def run(args: argparse.Namespace) -> int:
         if summary["checks_not_run"]:
             print("checks not run: " + "; ".join(f"{c['check']} in {c['runs']} of {summary['examples']} runs "
                                                   f"({c['why']})" for c in summary["checks_not_run"]))
+        if summary["ignored"]:
+            print("ignored (--ignore): " + "; ".join(f"{c['property']} broken in {c['runs']} of "
+                                                     f"{summary['examples']} runs" for c in summary["ignored"])
+                  + " (the check that found it is off for the rest of such a run)")
         for c in summary["counterexamples"]:
             found = f"found after {c['time_to_failure']:.1f}s" if c["time_to_failure"] is not None else "found"
             shrunk = f"shrunk to {c['requests']} requests" if not c["notes"] else "; ".join(c["notes"])
             print(f"COUNTEREXAMPLE {c['property']}: {c['message']}\n  {found}, {shrunk}: {c['file']}\n"
-                  f"  replay: loopcheck replay {c['file']} --adapter {args.adapter} --check {check}\n"
+                  f"  replay: loopcheck replay {c['file']} --adapter {args.adapter} {checks}\n"
                   f"  this file again, byte for byte: {c['reproduce']}")
     interrupted = [r.interrupted for r in results if r.interrupted is not None]
     if not failed and not args.json:

@@ -10,8 +10,8 @@ import sys
 from dataclasses import dataclass, field
 
 from checks.base import Violation
-from checks.suite import checks_for
-from loopcheck.options import add_adapter, add_check_mode, check_mode_of, factory_of
+from checks.suite import CheckSet, Ignoring
+from loopcheck.options import add_adapter, add_check_mode, check_set_of, factory_of
 from loopcheck.report import banner
 from loopcheck.simulate_cmd import prepare
 from model.errors import WorkloadError
@@ -44,6 +44,7 @@ class Replay:
     violation: Violation | None = None
     drained: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
+    ignored: list[tuple[str, Violation]] = field(default_factory=list)   # (check, ignored violation): `Ignoring`
 
     def record(self, events: list[Event], obs: Observation) -> None:
         done = sum(e.kind == "finish" for e in events) + (self.finished[-1] if self.finished else 0)
@@ -54,10 +55,11 @@ class Replay:
         self.preemptions.append(pre)
 
 
-def replay(workload: Workload, args: argparse.Namespace, mode: str) -> Replay:
+def replay(workload: Workload, args: argparse.Namespace, checks: CheckSet) -> Replay:
     rep = Replay()
-    run = run_workload(workload, factory_of(args), checks_for(mode), args.max_steps, rep.record)
+    run = run_workload(workload, factory_of(args), checks.build(), args.max_steps, rep.record)
     rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped
+    rep.ignored = [(c.name, c.broken) for c in run.driver.checks if isinstance(c, Ignoring) and c.broken]
     return rep
 
 
@@ -90,6 +92,8 @@ def render(workload: Workload, rep: Replay) -> str:
                  f"blocks held {rep.held[-1] if rep.held else 0}")
     if rep.skipped:
         lines.append("checks not run: " + "; ".join(f"{k} ({why})" for k, why in rep.skipped.items()))
+    for name, v in rep.ignored:
+        lines.append(f"ignored (--ignore): {v} (the {name} check was off from then on)")
     return "\n".join(lines)
 
 
@@ -127,8 +131,8 @@ def plot(workload: Workload, rep: Replay, path: str) -> None:
     plt.close(fig)
 
 
-def argv_of(args: argparse.Namespace, mode: str) -> list[str]:
-    out = ["replay", args.file, "--adapter", args.adapter, "--check", mode]
+def argv_of(args: argparse.Namespace, checks: CheckSet) -> list[str]:
+    out = ["replay", args.file, "--adapter", args.adapter, *checks.flags()]
     out += ["--max-steps", str(args.max_steps)] if args.max_steps else []
     out += ["--policy", args.policy] if args.policy else []
     return out
@@ -143,9 +147,9 @@ def run(args: argparse.Namespace) -> int:
         check_matplotlib()
     args.workload, args.no_preemption = args.file, False
     workload = prepare(args)
-    mode = check_mode_of(args, capabilities_of(factory_of(args), workload.config).semantics)
-    banner(None, argv_of(args, mode), sys.stderr if args.json else None)
-    rep = replay(workload, args, mode)
+    checks = check_set_of(args, capabilities_of(factory_of(args), workload.config).semantics)
+    banner(None, argv_of(args, checks), sys.stderr if args.json else None)
+    rep = replay(workload, args, checks)
     if args.plot:
         plot(workload, rep, args.plot)
     if args.json:
@@ -157,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
                           "finished": rep.finished[-1] if rep.finished else 0,
                           "preemptions": rep.preemptions[-1] if rep.preemptions else 0,
                           "kv_blocks_held": rep.held[-1] if rep.held else 0, "checks_not_run": rep.skipped,
+                          "ignored": [{"property": v.prop, "message": v.message, "step": v.step, "check": name}
+                                      for name, v in rep.ignored],
                           "trace": [[e.to_json() for e in evs] for evs in rep.events]}))
     else:
         print(render(workload, rep))

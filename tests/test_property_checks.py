@@ -6,6 +6,7 @@ property mode on loopcheck's own engine still finds the unguarded livelock."""
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import time
 from dataclasses import replace
@@ -84,6 +85,48 @@ def test_a_block_in_two_tables_is_one_full_page_of_the_same_tokens() -> None:
     assert stale.violation.message == "block 0 is page 2 of q1 and page 0 of q2"
     clean = run_workload(w, toy(), checks_for("property"))
     assert clean.violation is None and clean.drained
+
+
+def test_ignore_looks_past_a_known_bug(tmp_path, capsys) -> None:
+    """On the toy with two bugs, with the leak's kv-conservation ignored, a
+    campaign goes on to the next property broken, counts the runs that broke the
+    ignored one, and gives a reproduce line and a replay command with the same
+    --ignore; the file replays as found only with it. An unknown property is one
+    error line, exit 2."""
+    adapter = f"{TOY}:leaky_over_slots"
+    code = main(["fuzz", "--adapter", adapter, "--ignore", "kv-conservation", "--budget-seconds", "20", "--seed", "1",
+                 "--out", str(tmp_path), "--json"])
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert code == 1
+    (found,) = summary["counterexamples"]
+    assert found["property"] != "kv-conservation" and "--ignore kv-conservation" in found["reproduce"]
+    assert summary["ignored"][0]["property"] == "kv-conservation" and summary["ignored"][0]["runs"] > 0
+    replay = ["replay", found["file"], "--adapter", adapter, "--check", "property"]
+    assert main(replay + ["--ignore", "kv-conservation"]) == 1
+    out = capsys.readouterr().out
+    assert f"REPRODUCED {found['property']}" in out and "ignored (--ignore): kv-conservation (step " in out
+    assert main(replay) == 1
+    assert "REPRODUCED kv-conservation" in capsys.readouterr().out
+    assert main(replay + ["--ignore", "kv-conservation,nope"]) == 2
+    assert "loopcheck replay: error: --ignore: unknown property 'nope' (known: abort, " in capsys.readouterr().err
+
+
+def test_each_check_names_the_properties_it_reports() -> None:
+    """A check's `props` (which --ignore accepts) hold every property name its
+    module raises a Violation with."""
+    import ast
+
+    from checks.suite import properties
+
+    for module in Path("checks").glob("*.py"):
+        tree = ast.parse(module.read_text())
+        raised = {call.args[0].value for call in ast.walk(tree) if isinstance(call, ast.Call)
+                  and getattr(call.func, "id", None) == "Violation" and isinstance(call.args[0], ast.Constant)}
+        declared = {p for node in tree.body if isinstance(node, ast.ClassDef) for stmt in node.body
+                    if isinstance(stmt, ast.Assign) and getattr(stmt.targets[0], "id", None) == "props"
+                    for p in ast.literal_eval(stmt.value)}
+        assert raised <= declared, (module, raised - declared)
+    assert {"kv-tables", "priority-inversion", "conformance", "stall"} <= set(properties())
 
 
 def test_property_mode_finds_the_unguarded_livelock_on_the_engine() -> None:

@@ -282,6 +282,12 @@ def leaky(cfg: Config) -> ToyScheduler:
     return ToyScheduler(cfg, frozenset({"leak"}))
 
 
+def leaky_over_slots(cfg: Config) -> ToyScheduler:
+    """The toy with two bugs: finished requests' blocks never freed, and more
+    requests running than max_num_seqs."""
+    return ToyScheduler(cfg, frozenset({"leak", "slot-cap"}))
+
+
 def spinning(cfg: Config) -> ToyScheduler:
     """The toy waiting, inside a step, for blocks a waiting request needs."""
     return ToyScheduler(cfg, frozenset({"spin"}))
