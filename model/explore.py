@@ -37,9 +37,10 @@ import itertools
 import resource
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from model.events import Event, TokenOutcome
 from model.reference import step
@@ -133,7 +134,11 @@ def canonical(state: SchedState, horizon: int, reduce: bool) -> SchedState:
     return SchedState(min(state.step, horizon), reqs, state.free, state.cache, guard)
 
 
-def successors(state: SchedState, w: Workload, reduce: bool) -> list[tuple[SchedState, list[Event], dict]]:
+Stops = Mapping[tuple[str, int], bool]   # a step's stop choices: (request, token index) -> stop
+NO_STOPS: Stops = MappingProxyType({})    # (shared by every step without a choice)
+
+
+def successors(state: SchedState, w: Workload, reduce: bool) -> list[tuple[SchedState, list[Event], Stops]]:
     """Every next state with its events and the stop choices that led there. With
     `reduce`, a request's last token is no choice: stop or not, it finishes the
     request, and `canonical` makes the two finished records one."""
@@ -142,7 +147,7 @@ def successors(state: SchedState, w: Workload, reduce: bool) -> list[tuple[Sched
     choosable = [(rid, index) for rid, index in probe.asked if w.by_id(rid).stop_token is not None
                  and not (reduce and index == w.by_id(rid).max_tokens - 1)]
     if not choosable:
-        return [(nxt, events, {})]
+        return [(nxt, events, NO_STOPS)]
     out = [(nxt, events, dict.fromkeys(choosable, False))]   # the probe made no token a stop token
     for bits in itertools.product((False, True), repeat=len(choosable)):
         if any(bits):
@@ -150,6 +155,9 @@ def successors(state: SchedState, w: Workload, reduce: bool) -> list[tuple[Sched
             nxt, events = step(state, _ChoiceEnv(w, stops))
             out.append((nxt, events, stops))
     return out
+
+
+Edge = tuple[int, int, int, int]   # a successor node, its index in `successors`, preemptions, stop choices' id
 
 
 class FutureGraph:
@@ -176,7 +184,9 @@ class FutureGraph:
     So model steps are computed once per kind, state (told apart by its
     fingerprint: a collision there is one of a node's) and what is due now, and
     shared by nodes that differ in later arrivals or aborts (`stepped`, `steps`).
-    The nodes past the horizon (timeless: nothing is to come) also keep
+    Each distinct set of stop choices of a step is kept once (`stop_table`,
+    which a restart keeps: explorations refer to it by id). The nodes past the
+    horizon (timeless: nothing is to come) also keep
     figures that `model.head_tail` works out once for all variants of a kind
     (`drains`, `tails`); a restart forgets them with the nodes.
     """
@@ -187,6 +197,8 @@ class FutureGraph:
         self.kinds: dict[tuple, int] = {}
         self.timeless: dict[RequestSpec, int] = {}        # a request -> `_timeless`
         self.timeless_ids: dict[RequestSpec, int] = {}    # a request at 0 without abort -> its number
+        self.stop_table: list[Stops] = [NO_STOPS]         # each distinct stop choices once, by id (kept by restarts)
+        self._stop_ids: dict[frozenset, int] = {frozenset(): 0}
         self.restarts = 0
         self._empty()
 
@@ -198,9 +210,9 @@ class FutureGraph:
     def _empty(self) -> None:
         self.ids: dict[int, int] = {}                   # fingerprint of a future -> node
         self.unexpanded: dict[int, tuple[SchedState, int]] = {}   # node -> one of its states, its fingerprint
-        self.adjacent: list[tuple[tuple[int, int, int], ...] | None] = []   # node -> its successors, once known
+        self.adjacent: list[tuple[Edge, ...] | None] = []   # node -> its successors, once known
         self.drained = bytearray()                      # node -> 1: every request finished
-        self.stepped: dict[tuple, list[tuple[SchedState, int, int, int]]] = {}   # see the class doc
+        self.stepped: dict[tuple, list[tuple[SchedState, int, int, int, int]]] = {}   # see the class doc
         self.drains: dict[int, tuple[int, int, int] | None] = {}   # timeless node -> `model.head_tail.drains`
         self.tails: dict[frozenset[int], object] = {}   # set of timeless nodes -> `model.head_tail.tail_of`
 
@@ -253,35 +265,46 @@ class FutureGraph:
             self.drained.append(all(r.status == FINISHED for r in state.reqs))
         return n
 
-    def successors(self, n: int, t: int, timing: Timing, reduce: bool) -> tuple[tuple[int, int, int], ...]:
+    def successors(self, n: int, t: int, timing: Timing, reduce: bool) -> tuple[Edge, ...]:
         """Node n's successor nodes for a state of it at step t of `timing`'s
         workload, each once, in `successors` order of first appearance, with the
-        index of the last stop choice leading there and the preemptions of that
-        step."""
+        index of the last stop choice leading there, the preemptions of that
+        step and the id of its stop choices (in `stop_table`)."""
         found = self.adjacent[n]
         if found is None:
             some, fingerprint = self.unexpanded.pop(n)
             after = min(t + 1, timing.horizon)
-            out: dict[int, tuple[int, int]] = {}
-            for nxt, content, c, preempted in self.steps(some, fingerprint, t, timing, reduce):
-                out[self.node(nxt, after, timing, content)] = (c, preempted)
-            found = self.adjacent[n] = tuple((m, c, p) for m, (c, p) in out.items())
+            out: dict[int, tuple[int, int, int]] = {}
+            for nxt, content, c, preempted, stop_id in self.steps(some, fingerprint, t, timing, reduce):
+                out[self.node(nxt, after, timing, content)] = (c, preempted, stop_id)
+            found = self.adjacent[n] = tuple((m, c, p, stop_id) for m, (c, p, stop_id) in out.items())
         return found
 
     def steps(self, state: SchedState, content: int, t: int, timing: Timing,
-              reduce: bool) -> list[tuple[SchedState, int, int, int]]:
+              reduce: bool) -> list[tuple[SchedState, int, int, int, int]]:
         """The `canonical_successors` of `state` (fingerprint `content`; its own
         step counter is not read) at step t of `timing`'s workload: each next
-        state with its fingerprint, its index in `successors` and the step's
-        preemptions; computed once per kind, state and what is due now."""
+        state with its fingerprint, its index in `successors`, the step's
+        preemptions and the id of its stop choices; computed once per kind,
+        state and what is due now."""
         key = (timing.kind, timing.due(t), content)
         found = self.stepped.get(key)
         if found is None:
             state = SchedState(t, state.reqs, state.free, state.cache, state.guard)
             found = self.stepped[key] = [
-                (nxt, nxt.content_fingerprint(), c, sum(e.kind == "preempt" for e in events))
-                for c, (nxt, events, _) in enumerate(canonical_successors(state, timing.workload, timing.horizon,
-                                                                          reduce))]
+                (nxt, nxt.content_fingerprint(), c, sum(e.kind == "preempt" for e in events), self._stop_id(stops))
+                for c, (nxt, events, stops) in enumerate(canonical_successors(state, timing.workload, timing.horizon,
+                                                                              reduce))]
+        return found
+
+
+    def _stop_id(self, stops: Stops) -> int:
+        """The id of these stop choices in `stop_table` (added if new)."""
+        key = frozenset(stops.items())
+        found = self._stop_ids.get(key)
+        if found is None:
+            found = self._stop_ids[key] = len(self.stop_table)
+            self.stop_table.append(stops)
         return found
 
 
@@ -329,7 +352,7 @@ class Timing:
 
 
 def canonical_successors(state: SchedState, w: Workload, horizon: int,
-                         reduce: bool) -> list[tuple[SchedState, list[Event], dict]]:
+                         reduce: bool) -> list[tuple[SchedState, list[Event], Stops]]:
     """`successors`, each next state made `canonical`."""
     return [(canonical(nxt, horizon, reduce), events, stops) for nxt, events, stops in successors(state, w, reduce)]
 
@@ -371,7 +394,9 @@ class Exploration:
     it is done); a state, and a step's events, are recomputed when needed by
     replaying the breadth-first tree from the root (`Replay`). Each pair of
     states has at most one edge: several stop choices leading to the same state
-    give one edge, with the last choice's index.
+    give one edge, with the last choice's index and its stop choices (an id in
+    the graph of futures' `stop_table`: what `model.liveness` reads to tell a
+    realisable cycle without replaying it).
 
     With `merge`, a state is one node with every state of the family (of any
     variant, at any step) that agrees with it on everything but the step counter
@@ -391,6 +416,8 @@ class Exploration:
     target: array = field(default_factory=lambda: array("i"))
     preemptions: array = field(default_factory=lambda: array("B"))  # preempt events of the step
     choice: array = field(default_factory=lambda: array("H"))       # index in `successors` of the step
+    stop_ids: array = field(default_factory=lambda: array("I"))     # the step's stop choices, in `stop_table`
+    stop_table: list[Stops] = field(default_factory=list)           # the graph of futures' (`FutureGraph`)
     complete: bool = True
     merge: bool = False
     merged: dict[int, int] = field(default_factory=dict)   # with merge: the family's nodes seen so far
@@ -405,8 +432,12 @@ class Exploration:
         return len(self.target)
 
     def edges(self, i: int) -> range:
-        """Positions of state i's outgoing edges in `target`, `preemptions`, `choice`."""
+        """Positions of state i's outgoing edges in `target`, `preemptions`, `choice`, `stop_ids`."""
         return range(self.edge_start[i], self.edge_start[i + 1])
+
+    def stops(self, e: int) -> Stops:
+        """The stop choices of edge e's step."""
+        return self.stop_table[self.stop_ids[e]]
 
     def variant_of(self, i: int) -> int:
         """Position (in `workloads`) of the variant state i belongs to."""
@@ -428,6 +459,7 @@ class Exploration:
         root_node = graph.node(root_state, root_state.step, timing)
         parent, depth, drained = self.parent, self.depth, self.drained
         target, choice, preemptions, edge_start = self.target, self.choice, self.preemptions, self.edge_start
+        stop_ids, self.stop_table = self.stop_ids, graph.stop_table
         adjacent, drained_node = graph.adjacent, graph.drained     # (a restart replaces them, never mid-variant)
         root = states = len(parent)
         parent.append(-1)
@@ -450,7 +482,7 @@ class Exploration:
             if following is None:
                 following = graph.successors(n, t, timing, self.reduce)
             looked += len(following)
-            for m, c, preempted in following:
+            for m, c, preempted, stop_id in following:
                 key = m if self.merge else m * span + step
                 j = seen.get(key)
                 if j is None:
@@ -472,6 +504,7 @@ class Exploration:
                 target.append(j)
                 choice.append(c)
                 preemptions.append(preempted)
+                stop_ids.append(stop_id)
             edge_start.append(len(target))
             if not self.complete:
                 break
@@ -541,7 +574,7 @@ class Replay:
     def __init__(self, ex: Exploration) -> None:
         self.ex = ex
         self.known: dict[int, SchedState] = {}
-        self.expanded: dict[int, list[tuple[SchedState, list[Event], dict]]] = {}
+        self.expanded: dict[int, list[tuple[SchedState, list[Event], Stops]]] = {}
 
     def state(self, i: int) -> SchedState:
         """State number i."""
@@ -557,12 +590,12 @@ class Replay:
             self.known[b] = self._successor(a, b)[0]
         return self.known[i]
 
-    def step(self, a: int, b: int) -> tuple[list[Event], dict]:
+    def step(self, a: int, b: int) -> tuple[list[Event], Stops]:
         """The events and stop choices of the edge from state a to state b."""
         _, events, stops = self._successor(a, b)
         return events, stops
 
-    def _successor(self, a: int, b: int) -> tuple[SchedState, list[Event], dict]:
+    def _successor(self, a: int, b: int) -> tuple[SchedState, list[Event], Stops]:
         ex = self.ex
         c = next(ex.choice[e] for e in ex.edges(a) if ex.target[e] == b)
         w = ex.workloads[ex.variant_of(a)]

@@ -99,7 +99,7 @@ class _Head:
             for state, content in level:
                 drained.append(all(r.status == FINISHED for r in state.reqs))
                 out: dict[int, int] = {}   # target -> the preemptions of the last step leading there
-                for nxt, next_content, _, preempted in graph.steps(state, content, t, timing, reduce):
+                for nxt, next_content, _, preempted, _ in graph.steps(state, content, t, timing, reduce):
                     j = following.get(next_content)
                     if j is None:
                         if t + 1 == horizon:
@@ -154,7 +154,7 @@ def tail_of(graph: FutureGraph, entries: frozenset[int], timing: Timing, reduce:
         for n in order:   # breadth-first from every entry at once
             out = graph.adjacent[n]   # (`drains` expanded every node reachable)
             transitions += len(out)
-            for m, _, _ in out:
+            for m, _, _, _ in out:
                 if m not in distance:
                     distance[m] = distance[n] + 1
                     order.append(m)
@@ -193,7 +193,7 @@ def drains(graph: FutureGraph, node: int, timing: Timing, reduce: bool) -> Drain
         n, out, k = top[0], top[1], top[2]
         if k < len(out):
             top[2] = k + 1
-            m, _, preempted = out[k]
+            m, _, preempted, _ = out[k]
             if m == n:
                 top[6] = top[6] or not drained[n]
             elif m in path:

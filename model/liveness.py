@@ -2,34 +2,59 @@
 lasso, how many states can still drain, and worst-case drain figures.
 
 Works on the compact graph of `model.explore.Exploration` (state numbers,
-edges in arrays); the states and events of a lasso are recomputed by replay."""
+edges in arrays, each with its stop choices); the states and events of a lasso
+are recomputed, on first use, from its root and the choices along it."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 from model.events import Event
-from model.explore import Exploration, Replay
-from model.state import SchedState
+from model.explore import Exploration, Stops, canonical, canonical_successors, horizon_of
+from model.state import SchedState, initial_state
+from model.workload import Workload
 
 ENTRIES_TRIED = 50   # cycle entries of one component tried for a realisable lasso
 
 
 @dataclass
 class Lasso:
-    """A path from a variant's root into a cycle, with its states and steps."""
+    """A path from a variant's root into a cycle; its states and steps are
+    recomputed on first use (`replayed`) from the root and the choices along it."""
 
     variant: int         # the family's variant it lives in
     stem: list[int]      # root .. cycle entry (inclusive), state numbers
     cycle: list[int]     # entry .. back to entry (entry repeated at the end)
-    states: list[SchedState]                                # of `nodes`, in order
-    steps: list[tuple[list[Event], dict[tuple[str, int], bool]]]   # events and stop choices along `nodes`
+    stepped_with: list[Workload]   # per step along `nodes`, the variant it steps in (the first: the root's)
+    choices: list[int]   # per step, the index of the state it leads to in `canonical_successors`
+    reduce: bool
 
     @property
     def nodes(self) -> list[int]:
         return self.stem + self.cycle[1:]
+
+    @cached_property
+    def replayed(self) -> tuple[list[SchedState], list[tuple[list[Event], Stops]]]:
+        """The states of `nodes`, and the events and stop choices of each step."""
+        root = self.stepped_with[0]
+        state = canonical(initial_state(root.config.num_blocks, len(root.requests)), horizon_of(root), self.reduce)
+        states, steps = [state], []
+        for w, c in zip(self.stepped_with, self.choices, strict=True):
+            state, events, stops = canonical_successors(state, w, horizon_of(w), self.reduce)[c]
+            states.append(state)
+            steps.append((events, stops))
+        return states, steps
+
+    @property
+    def states(self) -> list[SchedState]:
+        return self.replayed[0]
+
+    @property
+    def steps(self) -> list[tuple[list[Event], Stops]]:
+        return self.replayed[1]
 
 
 @dataclass
@@ -117,11 +142,11 @@ def _shortest_cycle(ex: Exploration, entry: int, members: set[int]) -> list[int]
     raise AssertionError("a non-trivial component has a cycle through each member")
 
 
-def _consistent(steps: list[tuple[list[Event], dict[tuple[str, int], bool]]]) -> bool:
+def _consistent(path: list[Stops]) -> bool:
     """Stop choices along the path (the cycle repeating forever) agree per token:
     greedy decoding makes the same token the same each time it is produced."""
     seen: dict[tuple[str, int], bool] = {}
-    for _, stops in steps:
+    for stops in path:
         for key, value in stops.items():
             if seen.setdefault(key, value) != value:
                 return False
@@ -139,7 +164,6 @@ def analyse(ex: Exploration) -> Liveness:
 
 def _component_figures(ex: Exploration) -> Liveness:
     """`analyse` on any graph, over its strongly connected components."""
-    replay = Replay(ex)
     lasso, sccs, unrealisable = None, 0, 0
     comps = components(ex)
     can_drain = bytearray(ex.states)
@@ -153,7 +177,7 @@ def _component_figures(ex: Exploration) -> Liveness:
         looped = len(comp) > 1 or comp[0] in target[start[comp[0]]:start[comp[0] + 1]]
         if looped and not all(drained[n] for n in comp):
             sccs += 1
-            found = _realisable_lasso(ex, replay, comp)
+            found = _realisable_lasso(ex, comp)
             if found is None:
                 unrealisable += 1
             elif lasso is None or len(found.nodes) < len(lasso.nodes):
@@ -183,16 +207,18 @@ def _forward_figures(ex: Exploration) -> Liveness | None:
     return Liveness(False, None, 0, 0, sum(can_drain), worst_steps, worst_pre)
 
 
-def _realisable_lasso(ex: Exploration, replay: Replay, comp: list[int]) -> Lasso | None:
+def _realisable_lasso(ex: Exploration, comp: list[int]) -> Lasso | None:
     """The first of the component's nearest entries (by depth, then number)
     whose stem and shortest cycle have consistent stop choices."""
     members = set(comp)
     for entry in sorted(comp, key=lambda n: (ex.depth[n], n))[:ENTRIES_TRIED]:
         stem, cycle = _stem(ex, entry), _shortest_cycle(ex, entry, members)
         nodes = stem + cycle[1:]
-        steps = [replay.step(a, b) for a, b in zip(nodes, nodes[1:], strict=False)]
-        if _consistent(steps):
-            return Lasso(ex.variant_ids[ex.variant_of(entry)], stem, cycle, [replay.state(n) for n in nodes], steps)
+        edges = [next(e for e in ex.edges(a) if ex.target[e] == b) for a, b in zip(nodes, nodes[1:], strict=False)]
+        if _consistent([ex.stops(e) for e in edges]):
+            return Lasso(ex.variant_ids[ex.variant_of(entry)], stem, cycle,
+                         [ex.workloads[ex.variant_of(a)] for a in nodes[:-1]], [ex.choice[e] for e in edges],
+                         ex.reduce)
     return None
 
 

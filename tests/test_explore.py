@@ -73,8 +73,9 @@ def test_the_compact_graph_is_the_models_successor_relation(make, spread) -> Non
     """Replayed from the roots, the numbered states are distinct model states
     within each variant, and each state's edges lead to exactly the states the
     model's steps lead to (so successors shared between variants, and the last
-    token's stop choice left out, lose nothing); the pending requests of a
-    state before its horizon are those yet to arrive."""
+    token's stop choice left out, lose nothing), with the stop choices of the
+    replayed step; the pending requests of a state before its horizon are those
+    yet to arrive."""
     assert_the_models_successor_relation(explore(make(), spread=spread))
 
 
@@ -87,10 +88,31 @@ def assert_the_models_successor_relation(ex: Exploration) -> None:
         w = ex.workloads[ex.variant_of(i)]
         following = {canonical(nxt, horizon_of(w), True) for nxt, _, _ in successors(state, w, False)}
         assert {states[ex.target[e]] for e in ex.edges(i)} == following
+        assert all(replay.step(i, ex.target[e])[1] == ex.stops(e) for e in ex.edges(i))
         assert ex.drained[i] == all(r.status == "finished" for r in state.reqs)
         # what `Timing` keys nodes by: before the horizon, the pending requests are those yet to arrive
         if state.step < horizon_of(w):
             assert [r.status == "pending" for r in state.reqs] == [spec.arrival >= state.step for spec in w.requests]
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_lasso_replays_its_states_and_steps_from_its_choices(merge) -> None:
+    """A lasso keeps no states: recomputed from its root and its choices, its
+    states and steps are those of its nodes and edges replayed from the roots
+    (with merge, the steps; a merged node's state there is its first finder's,
+    which may have another step counter)."""
+    w = load_workload(EXAMPLES / "livelock_min.json").with_config(preemption_policy="unguarded")
+    w = Workload(w.config, tuple(replace(r, stop_token=5) for r in w.requests))
+    ex = explore(w, spread=1, merge=merge)
+    lasso = analyse(ex).lasso
+    assert lasso is not None and len(lasso.cycle) > 1
+    replay = Replay(ex)
+    nodes = lasso.nodes
+    assert lasso.steps == [replay.step(a, b) for a, b in zip(nodes, nodes[1:], strict=False)]
+    assert [s.content_fingerprint() for s in lasso.states] == [replay.state(n).content_fingerprint() for n in nodes]
+    if not merge:
+        assert lasso.states == [replay.state(n) for n in nodes]
+    assert len(ex.stop_table) > 1   # (the family has stop choices)
 
 
 def test_shared_futures_are_sound_on_random_workloads() -> None:

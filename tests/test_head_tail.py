@@ -80,7 +80,7 @@ def test_tail_figures_on_hand_made_graphs() -> None:
                 targets = {rng.randrange(n, size) if rng.random() < 0.9 else rng.randrange(size)
                            for _ in range(rng.randint(1, 3))}
                 edges[n] = {m: rng.randint(0, 2) for m in targets}
-        graph.adjacent = [tuple((m, 0, p) for m, p in edges[n].items()) for n in range(size)]
+        graph.adjacent = [tuple((m, 0, p, 0) for m, p in edges[n].items()) for n in range(size)]
         graph.drained = bytearray(drained)
         g = nx.DiGraph([(n, m, {"p": p}) for n in edges for m, p in edges[n].items() if not (m == n and drained[n])])
         g.add_nodes_from(range(size))
