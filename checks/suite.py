@@ -20,6 +20,8 @@ from checks.lockstep import Lockstep, ModelBounds
 from checks.outputs import OutputEquivalence, ReportedOutputs
 from checks.rules import DocumentedRules
 from checks.safety import Caps, KvConservation, KvTables
+from model.errors import WorkloadError
+from sut.driver import DRIVER_PROPERTIES
 
 if TYPE_CHECKING:
     from model.config import Config
@@ -53,10 +55,19 @@ def properties() -> list[str]:
 class CheckSet:
     """The checks of a run: a mode's (`checks_for`), none reporting a violation of
     the properties in `ignore` (counted instead: to look past a known bug; see
-    `Ignoring`)."""
+    `Ignoring`). WorkloadError: `ignore` names something no check reports."""
 
     mode: str
     ignore: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(self.ignore - set(properties()))
+        driven = [p for p in unknown if p in DRIVER_PROPERTIES]
+        if driven:
+            raise WorkloadError(f"--ignore: {driven[0]!r} is the driver's own finding ({', '.join(DRIVER_PROPERTIES)}: "
+                                "the system crashed, hung or did not drain), which cannot be ignored")
+        if unknown:
+            raise WorkloadError(f"--ignore: unknown property {unknown[0]!r} (known: {', '.join(properties())})")
 
     def build(self) -> list[Check]:
         """Fresh instances."""

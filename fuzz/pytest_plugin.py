@@ -42,20 +42,22 @@ def factory_name(factory: SutFactory) -> str:
 
 def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] | None = None,
                 max_examples: int = 50, steps: int = 20, derandomize: bool = True, shrink: bool = True,
-                mode: str | None = None, out_dir: Path | str = "loopcheck-failures", **kw: Any) -> Stats:
+                mode: str | None = None, out_dir: Path | str = "loopcheck-failures",
+                ignore: frozenset[str] = frozenset(), **kw: Any) -> Stats:
     """Run the stateful fuzzer on a system; raise the first violated property (a
     checks.base.Violation) after writing it to OUT_DIR/counterexample-PROP.json.
     mode: "lockstep" (the system implements loopcheck's semantics) or "property";
     default: lockstep exactly when the system declares those semantics. Configs are
     drawn with the system's pinned fields. shrink=False skips Hypothesis' shrinking.
+    `ignore`: properties whose violations are not raised (`checks.suite.CheckSet`).
     Returns coverage."""
     caps = capabilities_of(factory)
     mode = mode or ("lockstep" if caps.semantics == "loopcheck" else "property")
     stats = Stats()
     out = Path(out_dir)
     strategy = config_strategy if config_strategy is not None else configs(**caps.pinned)
-    machine = machine_class(strategy, factory, CheckSet(mode), out, stats, source=f"pytest loopcheck_machine ({mode})",
-                            **kw)
+    checks = CheckSet(mode, frozenset(ignore))
+    machine = machine_class(strategy, factory, checks, out, stats, source=f"pytest loopcheck_machine ({mode})", **kw)
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
     try:
         run_state_machine_as_test(machine, settings=settings(
@@ -64,7 +66,7 @@ def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] 
     except Violation as v:
         path = counterexample_path(out, v.prop)
         print(f"\nloopcheck: {v}\n  counterexample: {path}\n"
-              f"  replay: loopcheck replay {path} --adapter {factory_name(factory)} --check {mode}")
+              f"  replay: loopcheck replay {path} --adapter {factory_name(factory)} {checks}")
         raise
     return stats
 

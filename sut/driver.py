@@ -37,6 +37,7 @@ from sut.view import FINISHED, TraceView
 
 OnStep = Callable[[list[Event], Observation], None]
 CALL_TIMEOUT = 10.0   # seconds a call into the SUT may run before it is a hang
+DRIVER_PROPERTIES = ("crash", "hang", "liveness")   # what the driver itself reports (no check does)
 
 
 class Overran(BaseException):

@@ -109,6 +109,18 @@ def test_ignore_looks_past_a_known_bug(tmp_path, capsys) -> None:
     assert "REPRODUCED kv-conservation" in capsys.readouterr().out
     assert main(replay + ["--ignore", "kv-conservation,nope"]) == 2
     assert "loopcheck replay: error: --ignore: unknown property 'nope' (known: abort, " in capsys.readouterr().err
+    assert main(replay + ["--ignore", "liveness"]) == 2
+    assert "--ignore: 'liveness' is the driver's own finding (crash, hang, liveness: " in capsys.readouterr().err
+
+
+def test_the_plugin_ignores_too(tmp_path, capsys) -> None:
+    with pytest.raises(Violation) as caught:
+        run_machine(toy("leak", "slot-cap"), max_examples=300, shrink=False, out_dir=tmp_path,
+                    ignore=frozenset({"kv-conservation"}))
+    assert caught.value.prop != "kv-conservation"
+    assert "--check property --ignore kv-conservation" in capsys.readouterr().out
+    with pytest.raises(WorkloadError, match="unknown property 'nope'"):
+        run_machine(toy(), max_examples=1, out_dir=tmp_path, ignore=frozenset({"nope"}))
 
 
 def test_each_check_names_the_properties_it_reports() -> None:
