@@ -80,7 +80,8 @@ class Work(Check):
     num_loops, and its input position prompt + g - 1 was computed, by a prefill
     of the step that reached past it, or else by the token's own decode, after
     which the request reached it (no token before its prompt is computed).
-    A resumption restores (past its hit pages) no more positions than the
+    A request is in a step's batch once: a prefill chunk, then at most the token
+    it samples, or one decode's token. A resumption restores (past its hit pages) no more positions than the
     request had when a preemption kept its snapshot (none without one). Depths
     come in order: without WCPB a prefill reports num_loops; with it a
     chunk runs depths 1, 2, ... num_loops in turn, and neither another chunk nor
@@ -96,10 +97,14 @@ class Work(Check):
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         view, loops = driver.view, driver.cfg.num_loops
-        prefilled: set[str] = set()   # requests with a prefill so far in the step
+        worked: dict[str, Event] = {}   # request -> its prefill or token so far in the step
         for e, tokens, reach in zip(events, view.tokens_before, view.reach_before, strict=True):
+            ran = worked.get(e.rid) if e.kind in ("prefill", "token") else None
+            if ran is not None and (e.kind == "prefill" or ran.kind == "token"):
+                raise Violation("work", f"{e} after {ran} in the same step: a request is in a step's batch once "
+                                        "(a prefill chunk, then at most the token it samples, or one decode)")
             if e.kind == "prefill":
-                prefilled.add(e.rid)
+                worked[e.rid] = e
                 start, end, _ = e.args
                 known = len(view.requests[e.rid].spec.prompt) + tokens
                 if not 0 <= start < end <= known:
@@ -114,7 +119,8 @@ class Work(Check):
                 if index != tokens:
                     raise Violation("work", f"{e}: token {index} of {e.rid}, which has {tokens} tokens so far")
                 input_position = len(view.requests[e.rid].spec.prompt) + tokens - 1
-                needed = input_position + 1 if e.rid in prefilled else input_position   # a prefill computed it
+                worked[e.rid] = e
+                needed = input_position if ran is None else input_position + 1   # (ran: a prefill computed it)
                 if reach is not None and reach < needed:
                     raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
                                             f"reach only {reach}, so positions {reach}..{needed} were not computed "

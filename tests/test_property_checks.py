@@ -63,7 +63,8 @@ def test_the_clean_toy_breaks_no_property(tmp_path) -> None:
                                        ("stale-resume", {"work"}), ("page-key", {"prefix-hits"}),
                                        # without kv-excess, the livelock its useless preemptions cause shows later
                                        ("keep-on-preempt", {"kv-excess"}), ("phantom-restore", {"work"}),
-                                       ("urgent-victim", {"priority-victim"}), ("stale-key", {"kv-tables"})])
+                                       ("urgent-victim", {"priority-victim"}), ("stale-key", {"kv-tables"}),
+                                       ("split-chunk", {"work"})])
 def test_each_planted_bug_is_caught_by_its_property(bug, props, tmp_path) -> None:
     with pytest.raises(Violation) as caught:
         run_machine(toy(bug), max_examples=1000, shrink=False, out_dir=tmp_path)

@@ -23,7 +23,7 @@ PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshot
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
         "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
         "unreported-stop", "short-alloc", "early-token", "stale-resume", "page-key",
-        "keep-on-preempt", "phantom-restore", "urgent-victim", "stale-key")
+        "keep-on-preempt", "phantom-restore", "urgent-victim", "stale-key", "split-chunk")
 
 
 @dataclass
@@ -213,6 +213,9 @@ class ToyScheduler:
             if r in self.running:
                 self._grow(r, r.computed + n)
                 budget -= n
+                if "split-chunk" in self.bugs and n > 1 and r.computed < len(r.spec.prompt):
+                    batch.append((r, n // 2))   # two entries of one request: the second attends without the first
+                    n -= n // 2
                 batch.append((r, n))
         order = (lambda r: r.spec.key) if priority else (lambda r: (not r.preempted, r.spec.arrival, r.spec.rid))
         self.waiting.sort(key=order)
