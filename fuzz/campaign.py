@@ -148,6 +148,7 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
             result.counterexample = counterexample_path(out, result.violation.prop)
             result.notes.append("shrinking was interrupted; the counterexample is not shrunk")
     result.seconds = time.monotonic() - start
+    stats.ticker = None   # (the result may cross to another process: it keeps no hook)
     return result
 
 

@@ -145,6 +145,20 @@ def test_fuzz_cli(tmp_path, capsys) -> None:
     assert main(["fuzz", "--budget-seconds", "0"]) == 2
 
 
+def test_parallel_campaigns_report_each_worker(tmp_path, capsys) -> None:
+    """--workers 2 with progress lines (no --json): each worker's campaign comes
+    back to the parent (a result kept its progress hook, which no process can
+    receive, and the command died) and its counterexample is reported."""
+    toy = str(Path(__file__).parent / "toy_scheduler.py")
+    code = main(["fuzz", "--adapter", f"{toy}:leaky", "--workers", "2", "--budget-seconds", "10", "--seed", "3",
+                 "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert out.count("COUNTEREXAMPLE kv-conservation") == 2
+    assert f"{tmp_path}/w0/counterexample-kv-conservation.json" in out
+    assert f"{tmp_path}/w1/counterexample-kv-conservation.json" in out
+
+
 def test_the_example_database_keeps_failures_for_the_next_campaign(tmp_path) -> None:
     first = run_campaign("unguarded", 60, 4, tmp_path)
     assert first.violation is not None
