@@ -123,14 +123,15 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**figures, "files": written}))
     else:
         print(table(["figure", "value"], [[k, "-" if v is None else v] for k, v in figures.items()]))
-        if not found.complete:
-            cap = f"the state cap of {args.max_states}" + (
-                f" or the memory cap of {memory:g} MiB" if memory is not None else "")
-            print(f"INCOMPLETE: {cap} cut exploration short; no verdict.")
-        elif live.livelock:
+        if live.livelock:
             print(f"LIVELOCK: a lasso of {len(live.lasso.stem) - 1} steps then a cycle of "
                   f"{len(live.lasso.cycle) - 1} steps in which nothing finishes.")
-        else:
+        if not found.complete:   # (a lasso among the states explored is a livelock all the same)
+            cap = f"the state cap of {args.max_states}" + (
+                f" or the memory cap of {memory:g} MiB" if memory is not None else "")
+            print(f"INCOMPLETE: {cap} cut exploration short; " + (
+                "the figures cover the states explored." if live.livelock else "no verdict."))
+        elif not live.livelock:
             print(f"no livelock: all {found.states} reachable states can drain.")
         for path in written:
             print(f"written: {path}")

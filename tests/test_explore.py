@@ -419,7 +419,16 @@ def test_state_cap_is_reported_loudly(capsys, tmp_path) -> None:
     ex = explore(load_workload(EXAMPLES / "livelock.json"), max_states=10)
     assert not ex.complete
     assert main(["explore", str(EXAMPLES / "livelock.json"), "--max-states", "10"]) == 1
-    assert "INCOMPLETE" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "INCOMPLETE: the state cap of 10 cut exploration short; no verdict." in out and "LIVELOCK" not in out
+    # a lasso among the states explored before the cap is a livelock all the same, and replays as one
+    assert main(["explore", str(EXAMPLES / "livelock_min.json"), "--policy", "unguarded", "--spread", "2",
+                 "--max-states", "50", "--out", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "LIVELOCK: a lasso of" in out and "INCOMPLETE: the state cap of 50 cut exploration short; the " \
+        "figures cover the states explored." in out
+    assert main(["replay", str(tmp_path / "lasso.json")]) == 1
+    assert "REPRODUCED livelock" in capsys.readouterr().out
 
 
 def test_explore_cli_writes_a_lasso_that_loops_on_the_engine(tmp_path, capsys) -> None:
