@@ -15,7 +15,7 @@ from fuzz.campaign import BRANCHES, CampaignResult, main_progress, run_campaign
 from fuzz.directed import WINDOWS
 from fuzz.strategies import Shape
 from loopcheck.options import add_adapter, add_check_mode, check_set_of
-from loopcheck.report import banner, command_line, reproduce_line
+from loopcheck.report import banner, checks_not_run, command_line, not_run_line, reproduce_line
 from sut.loader import capabilities_of, load_factory
 
 
@@ -106,8 +106,7 @@ def run(args: argparse.Namespace) -> int:
         "steps": sum(r.stats.steps for r in results),
         "branches_covered": sorted({b for r in results for b in BRANCHES if r.stats.branches[b]}),
         "windows": {name: sum(r.stats.windows[name] for r in results) for name in WINDOWS},
-        "checks_not_run": [{"check": check_name, "why": why, "runs": runs} for (check_name, why), runs in
-                           sorted(sum((r.stats.not_run for r in results), Counter()).items())],
+        "checks_not_run": checks_not_run(sum((r.stats.not_run for r in results), Counter())),
         "ignored": [{"property": prop, "runs": sum(r.stats.ignored[prop] for r in results)}
                     for prop in sorted(checks.ignore)],
         "counterexamples": [{"property": r.violation.prop, "message": r.violation.message,
@@ -125,8 +124,7 @@ def run(args: argparse.Namespace) -> int:
         print("rare windows run (directed rounds): "
               + " ".join(f"{name}={count}" for name, count in summary["windows"].items()))
         if summary["checks_not_run"]:
-            print("checks not run: " + "; ".join(f"{c['check']} in {c['runs']} of {summary['examples']} runs "
-                                                  f"({c['why']})" for c in summary["checks_not_run"]))
+            print(not_run_line(summary["checks_not_run"], summary["examples"]))
         if summary["ignored"]:
             print("ignored (--ignore): " + "; ".join(f"{c['property']} broken in {c['runs']} of "
                                                      f"{summary['examples']} runs" for c in summary["ignored"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections import Counter
 from collections.abc import Sequence
 
 
@@ -14,6 +15,17 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def checks_not_run(not_run: Counter) -> list[dict]:
+    """Campaign statistics' (check, why) -> runs, as JSON entries in a fixed order."""
+    return [{"check": check, "why": why, "runs": runs} for (check, why), runs in sorted(not_run.items())]
+
+
+def not_run_line(entries: list[dict], runs: int) -> str:
+    """`checks_not_run` entries as one line of text, out of `runs` runs."""
+    return "checks not run: " + "; ".join(f"{c['check']} in {c['runs']} of {runs} runs ({c['why']})"
+                                          for c in entries)
 
 
 def command_line(argv: Sequence[str]) -> str:

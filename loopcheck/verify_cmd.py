@@ -13,11 +13,12 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from fuzz.campaign import main_progress, run_campaign
 from loopcheck.options import add_adapter
-from loopcheck.report import banner, table
+from loopcheck.report import banner, checks_not_run, not_run_line, table
 from model.survey import survey
 from model.workload import load_workload
 from proofs.obligations import run_all
@@ -85,12 +86,15 @@ def fuzz_rows(seconds: float, seed_value: int, out: Path) -> list[Row]:
     return rows
 
 
-def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path) -> list[Row]:
+def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path) -> tuple[list[Row], str]:
     """Property-mode campaigns on another system: random configs it supports, with
-    and without priority preemption."""
+    and without priority preemption; and the line that says which checks did not
+    run, in how many runs, and why."""
     from loopcheck.options import factory_of
 
     rows: list[Row] = []
+    not_run: Counter = Counter()
+    runs = 0
     factory = factory_of(argparse.Namespace(adapter=adapter))
     for preempt in (True, False):
         label = f"properties, random configs, priority preemption {'on' if preempt else 'off'}"
@@ -101,7 +105,9 @@ def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path) -> li
         v = result.violation
         status = f"clean: {result.stats.examples} examples" if v is None else f"{v.prop}: {result.counterexample}"
         rows.append([label, "fuzz", status, "ok" if v is None else "FAIL", f"{result.seconds:.2f}"])
-    return rows
+        not_run += result.stats.not_run
+        runs += result.stats.examples
+    return rows, not_run_line(checks_not_run(not_run), runs) if not_run else ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,11 +120,14 @@ def run(args: argparse.Namespace) -> int:
     argv += ["--out", args.out] if args.out else []
     banner(seed_value, argv)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="loopcheck-verify-"))
+    not_run = ""
     if args.adapter == "torch":
         rows = prove_rows() + explore_rows() + fuzz_rows(args.fuzz_seconds, seed_value, out)
     else:
-        rows = adapter_rows(args.adapter, args.fuzz_seconds, seed_value, out)
+        rows, not_run = adapter_rows(args.adapter, args.fuzz_seconds, seed_value, out)
     print(table(["obligation", "tool", "result", "", "seconds"], rows))
+    if not_run:
+        print(not_run)
     failed = [r for r in rows if r[3] != "ok"]
     if failed:
         print(f"VERDICT: FAIL ({len(failed)} of {len(rows)} checks); counterexamples under {out}")
