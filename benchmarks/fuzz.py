@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Collection
 from pathlib import Path
 
-from checks.suite import checks_for
+from checks.suite import CheckSet, checks_for
 from fuzz.campaign import run_campaign
 from fuzz.strategies import DEFAULT_SHAPE, Shape
 from loopcheck.report import table
@@ -33,7 +33,7 @@ def hunt(label: str, expect: Collection[str], seeds: int, budget: float, factory
     rows, times = [], []
     for seed in range(1, seeds + 1):
         with tempfile.TemporaryDirectory() as out:
-            r = run_campaign(policy, budget, seed, Path(out), configs, factory=factory, check_mode=check,
+            r = run_campaign(policy, budget, seed, Path(out), configs, factory=factory, checks=CheckSet(check),
                              shape=shape)
             v = r.violation
             replays = "-"

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,6 +46,11 @@ def checks_for(mode: str, outputs: bool = True) -> list[Check]:
     return extra + property_checks(outputs)
 
 
+def default_mode(semantics: str | None) -> str:
+    """Lockstep for a system that claims loopcheck's semantics, else property."""
+    return "lockstep" if semantics == "loopcheck" else "property"
+
+
 def properties() -> list[str]:
     """Every property a check can report (the names of counterexample files)."""
     return sorted({p for c in checks_for("lockstep") for p in c.props})
@@ -61,6 +66,8 @@ class CheckSet:
     ignore: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
+        if not self.ignore:
+            return
         unknown = sorted(self.ignore - set(properties()))
         driven = [p for p in unknown if p in DRIVER_PROPERTIES]
         if driven:
@@ -120,3 +127,9 @@ class Ignoring(Check):
                 raise
             v.step = step if v.step is None else v.step
             self.broken = v
+
+
+def ignored(checks: Iterable[Check]) -> list[tuple[str, Violation]]:
+    """Of a run's checks, each `Ignoring` one that broke: its name and the
+    violation it kept."""
+    return [(c.name, c.broken) for c in checks if isinstance(c, Ignoring) and c.broken]

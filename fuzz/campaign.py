@@ -23,6 +23,7 @@ from checks.suite import CheckSet
 from fuzz.directed import Director
 from fuzz.machine import (
     LAST_FAILURE,
+    LOCKSTEP,
     Stats,
     counterexample_path,
     machine_class,
@@ -91,24 +92,23 @@ def progress_line(elapsed: float, stats: Stats) -> str:
 
 
 def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path, mode: str = "regression",
-                 db: str | None = None, factory: SutFactory = TorchSUT, check_mode: str = "lockstep",
+                 db: str | None = None, factory: SutFactory = TorchSUT, checks: CheckSet = LOCKSTEP,
                  shape: Shape = DEFAULT_SHAPE, batch_examples: int = 20, max_replays: int | None = None,
-                 progress: Callable[[str], None] | None = None, fixed: dict[str, Any] | None = None,
-                 ignore: frozenset[str] = frozenset()) -> CampaignResult:
+                 progress: Callable[[str], None] | None = None, fixed: dict[str, Any] | None = None
+                 ) -> CampaignResult:
     """Replay the directed failures the database kept, then run seeded batches
     (each followed by a directed round) until a property breaks or the budget is
     spent; then shrink the failure and write it. The budget covers both:
     shrinking stops at the budget or after DEFAULT_REPLAYS replays. With `max_replays`, shrinking makes
     exactly that many replays at most, whatever the time (so a file is reproduced
-    byte for byte). `fixed` pins config fields beyond those the system pins;
-    violations of the properties in `ignore` are counted, not reported
-    (`CheckSet`)."""
+    byte for byte). `fixed` pins config fields beyond those the system pins.
+    `checks`: the checks of each run (violations of the properties they ignore
+    are counted, not reported)."""
     out.mkdir(parents=True, exist_ok=True)
     stats = Stats()
     caps = capabilities_of(factory)
     pinned = {**(fixed or {}), **caps.pinned}
     strategy, max_prompt, max_tokens = config_strategy(mode, policy, pinned)
-    checks = CheckSet(check_mode, ignore)
     machine = machine_class(strategy, factory, checks, out, stats, max_prompt, max_tokens, shape)
     database = open_database(db, out)
     start = time.monotonic()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, precondition, rule
 
 from checks.base import Violation
-from checks.suite import CheckSet, Ignoring
+from checks.suite import CheckSet, ignored
 from fuzz.strategies import DEFAULT_SHAPE, VOCAB, Shape, request_bodies
 from model.config import Config
 from model.errors import StopRequest, WorkloadError
@@ -81,7 +81,7 @@ class Stats:
         """A run's checks that did not run, with why (`Driver.skipped`), and the
         ignored properties it broke."""
         self.not_run.update(driver.skipped.items())
-        self.ignored.update({c.broken.prop for c in driver.checks if isinstance(c, Ignoring) and c.broken})
+        self.ignored.update({v.prop for _, v in ignored(driver.checks)})
 
     def note_step(self, events: list[Event], obs: Observation) -> None:
         """Scheduler branches, as far as events show them; and the ticker, when due."""

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from checks.base import Violation
-from checks.suite import CheckSet
+from checks.suite import CheckSet, default_mode
 from fuzz.machine import Stats, counterexample_path, machine_class
 from fuzz.strategies import configs
 from model.config import Config
@@ -52,7 +52,7 @@ def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] 
     `ignore`: properties whose violations are not raised (`checks.suite.CheckSet`).
     Returns coverage."""
     caps = capabilities_of(factory)
-    mode = mode or ("lockstep" if caps.semantics == "loopcheck" else "property")
+    mode = mode or default_mode(caps.semantics)
     stats = Stats()
     out = Path(out_dir)
     strategy = config_strategy if config_strategy is not None else configs(**caps.pinned)

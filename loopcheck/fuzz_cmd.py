@@ -48,9 +48,8 @@ def _worker(job: tuple) -> CampaignResult:
     def progress(line: str) -> None:
         main_progress(f"{label}{line}")
 
-    return run_campaign(policy, budget, seed_value, Path(out), mode, db, load_factory(adapter), checks.mode,
-                        Shape.parse(shape), max_replays=replays, progress=progress if label is not None else None,
-                        ignore=checks.ignore)
+    return run_campaign(policy, budget, seed_value, Path(out), mode, db, load_factory(adapter), checks,
+                        Shape.parse(shape), max_replays=replays, progress=progress if label is not None else None)
 
 
 def with_replays(argv: list[str], replays: int) -> list[str]:

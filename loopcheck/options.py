@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from checks.suite import MODES, CheckSet
+from checks.suite import MODES, CheckSet, default_mode
 from sut.loader import SHIPPED, load_factory
 from sut.protocol import SutFactory
 
@@ -32,4 +32,4 @@ def factory_of(args: argparse.Namespace) -> SutFactory:
 def check_set_of(args: argparse.Namespace, semantics: str | None) -> CheckSet:
     """The checks `--check` and `--ignore` select (WorkloadError: an unknown property)."""
     ignore = frozenset(filter(None, (p.strip() for p in args.ignore.split(","))))
-    return CheckSet(args.check or ("lockstep" if semantics == "loopcheck" else "property"), ignore)
+    return CheckSet(args.check or default_mode(semantics), ignore)

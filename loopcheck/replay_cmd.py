@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 
 from checks.base import Violation
-from checks.suite import CheckSet, Ignoring
+from checks.suite import CheckSet, ignored
 from loopcheck.options import add_adapter, add_check_mode, check_set_of, factory_of
 from loopcheck.report import banner
 from loopcheck.simulate_cmd import prepare
@@ -59,7 +59,7 @@ def replay(workload: Workload, args: argparse.Namespace, checks: CheckSet) -> Re
     rep = Replay()
     run = run_workload(workload, factory_of(args), checks.build(), args.max_steps, rep.record)
     rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped
-    rep.ignored = [(c.name, c.broken) for c in run.driver.checks if isinstance(c, Ignoring) and c.broken]
+    rep.ignored = ignored(run.driver.checks)
     return rep
 
 

@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from checks.suite import CheckSet
 from fuzz.campaign import main_progress, run_campaign
 from loopcheck.options import add_adapter
 from loopcheck.report import banner, checks_not_run, not_run_line, table
@@ -100,7 +101,7 @@ def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path) -> tu
         label = f"properties, random configs, priority preemption {'on' if preempt else 'off'}"
         main_progress(f"  fuzz {adapter}: {label} for {seconds:g}s ...")
         result = run_campaign("guarded", seconds, seed_value, out / f"preemption-{preempt}", "random",
-                              factory=factory, check_mode="property", progress=main_progress,
+                              factory=factory, checks=CheckSet("property"), progress=main_progress,
                               fixed={"priority_preemption": preempt})
         v = result.violation
         status = f"clean: {result.stats.examples} examples" if v is None else f"{v.prop}: {result.counterexample}"

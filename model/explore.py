@@ -297,7 +297,6 @@ class FutureGraph:
                                                                               reduce))]
         return found
 
-
     def _stop_id(self, stops: Stops) -> int:
         """The id of these stop choices in `stop_table` (added if new)."""
         key = frozenset(stops.items())
@@ -361,6 +360,11 @@ def horizon_of(w: Workload) -> int:
     """The step after which time no longer matters (arrivals and aborts are done)."""
     times = [r.arrival for r in w.requests] + [r.abort_at for r in w.requests if r.abort_at is not None]
     return max(times, default=0) + 1
+
+
+def root_of(w: Workload, reduce: bool) -> SchedState:
+    """The initial state of variant w, made `canonical`."""
+    return canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon_of(w), reduce)
 
 
 @dataclass(frozen=True)
@@ -455,7 +459,7 @@ class Exploration:
         horizon = timing.horizon
         pairs = graph.pairs()   # (with merge the graph never restarts: the pairs this variant adds are exact)
         looked = 1     # the root and every successor looked up: at least the nodes this variant made
-        root_state = canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, self.reduce)
+        root_state = root_of(w, self.reduce)
         root_node = graph.node(root_state, root_state.step, timing)
         parent, depth, drained = self.parent, self.depth, self.drained
         target, choice, preemptions, edge_start = self.target, self.choice, self.preemptions, self.edge_start
@@ -582,9 +586,7 @@ class Replay:
         while path[-1] not in self.known and self.ex.parent[path[-1]] >= 0:
             path.append(self.ex.parent[path[-1]])
         if path[-1] not in self.known:
-            w = self.ex.workloads[self.ex.variant_of(i)]
-            self.known[path[-1]] = canonical(initial_state(w.config.num_blocks, len(w.requests)),
-                                             horizon_of(w), self.ex.reduce)
+            self.known[path[-1]] = root_of(self.ex.workloads[self.ex.variant_of(i)], self.ex.reduce)
         chain = path[::-1]
         for a, b in zip(chain, chain[1:], strict=False):
             self.known[b] = self._successor(a, b)[0]

@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from model.explore import PROGRESS_EVERY, Caps, FutureGraph, Timing, canonical, collision_chance, variant_pairs
+from model.explore import PROGRESS_EVERY, Caps, FutureGraph, Timing, collision_chance, root_of, variant_pairs
 from model.figures import Survey
 from model.liveness import Liveness
-from model.state import FINISHED, initial_state
+from model.state import FINISHED
 from model.workload import Workload
 
 Drain = tuple[int, int, int]   # can drain (0 or 1), most steps, most preemptions from a state till drained
@@ -88,8 +88,7 @@ class _Head:
         """Every head state and edge; False past `caps.max_states` head states or
         the memory cap."""
         graph, timing, reduce, horizon = self.graph, self.timing, self.reduce, self.timing.horizon
-        w = timing.workload
-        root = canonical(initial_state(w.config.num_blocks, len(w.requests)), horizon, reduce)
+        root = root_of(timing.workload, reduce)
         level = [(root, root.content_fingerprint())]   # the states at step t, in number order
         target, preemptions, edge_start, drained = self.target, self.preemptions, self.edge_start, self.drained
         for t in range(horizon):

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from model.events import Event
-from model.explore import Exploration, Stops, canonical, canonical_successors, horizon_of
-from model.state import SchedState, initial_state
+from model.explore import Exploration, Stops, canonical_successors, horizon_of, root_of
+from model.state import SchedState
 from model.workload import Workload
 
 ENTRIES_TRIED = 50   # cycle entries of one component tried for a realisable lasso
@@ -39,8 +39,7 @@ class Lasso:
     @cached_property
     def replayed(self) -> tuple[list[SchedState], list[tuple[list[Event], Stops]]]:
         """The states of `nodes`, and the events and stop choices of each step."""
-        root = self.stepped_with[0]
-        state = canonical(initial_state(root.config.num_blocks, len(root.requests)), horizon_of(root), self.reduce)
+        state = root_of(self.stepped_with[0], self.reduce)
         states, steps = [state], []
         for w, c in zip(self.stepped_with, self.choices, strict=True):
             state, events, stops = canonical_successors(state, w, horizon_of(w), self.reduce)[c]

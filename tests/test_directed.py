@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import fuzz.directed
+from checks.suite import CheckSet
 from fuzz.campaign import directed_configs, run_campaign
 from fuzz.directed import Director, sized_arrival, variants, windows_of
 from fuzz.strategies import Shape
@@ -115,5 +116,5 @@ def test_a_preflight_without_the_watermark_is_caught_without_a_reference(monkeyp
     original = reference._Step.preflight
     monkeypatch.setattr(reference._Step, "preflight",
                         lambda self, i, v, others, active: original(self, i, v, others, False))
-    result = run_campaign("guarded", 60, 1, tmp_path, mode="random", factory=ModelSUT, check_mode="property")
+    result = run_campaign("guarded", 60, 1, tmp_path, mode="random", factory=ModelSUT, checks=CheckSet("property"))
     assert result.violation is not None and result.violation.prop == "futile-preemption"

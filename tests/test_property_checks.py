@@ -18,7 +18,7 @@ import pytest
 import sut.driver
 from checks.base import Violation
 from checks.needs import covered_blocks
-from checks.suite import checks_for
+from checks.suite import CheckSet, checks_for
 from fuzz.campaign import run_campaign
 from fuzz.pytest_plugin import run_machine
 from loopcheck.cli import main
@@ -254,7 +254,7 @@ def test_a_system_that_refuses_some_configs_is_fuzzed_on_the_others(tmp_path) ->
             refused.append(cfg)
             raise WorkloadError("config.max_num_batched_tokens: this system needs at least max_num_seqs")
         return ToyScheduler(cfg)
-    result = run_campaign("guarded", 6, 1, tmp_path, mode="random", factory=like_vllm, check_mode="property",
+    result = run_campaign("guarded", 6, 1, tmp_path, mode="random", factory=like_vllm, checks=CheckSet("property"),
                           batch_examples=5)
     assert result.violation is None and result.interrupted is None
     assert result.stats.examples > 20 and sum(result.stats.windows.values()) > 0   # directed rounds ran

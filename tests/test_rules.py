@@ -10,6 +10,7 @@ import pytest
 
 from checks.base import Violation
 from checks.rules import DocumentedRules
+from checks.suite import CheckSet
 from fuzz.campaign import run_campaign
 from model.config import Config
 from model.events import Event
@@ -122,5 +123,5 @@ def _most_urgent_victim(monkeypatch) -> None:
 def test_a_policy_bug_planted_in_the_model_is_found_without_a_reference(monkeypatch, tmp_path, plant, prop,
                                                                          policy) -> None:
     plant(monkeypatch)
-    result = run_campaign(policy, 60, 1, tmp_path, mode="random", factory=ModelSUT, check_mode="property")
+    result = run_campaign(policy, 60, 1, tmp_path, mode="random", factory=ModelSUT, checks=CheckSet("property"))
     assert result.violation is not None and result.violation.prop == prop

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from checks.suite import checks_for
+from checks.suite import CheckSet, checks_for
 from fuzz.campaign import run_campaign
 from fuzz.strategies import Shape
 from loopcheck.cli import main
@@ -72,7 +72,7 @@ def test_shipped_counterexamples_replay(name, prop, capsys) -> None:
 @pytest.mark.parametrize("shape,props", [("", {"stall", "never-fit-not-rejected"}),
                                          ("oversized=off", {"priority-inversion"})])
 def test_fuzzing_finds_each_bug_from_scratch(tmp_path, shape, props) -> None:
-    result = run_campaign("guarded", 120, 1, tmp_path, "random", factory=factory(), check_mode="property",
+    result = run_campaign("guarded", 120, 1, tmp_path, "random", factory=factory(), checks=CheckSet("property"),
                           shape=Shape.parse(shape))
     assert result.violation is not None and result.violation.prop in props, result.violation
     assert result.requests <= 3
