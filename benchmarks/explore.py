@@ -4,9 +4,11 @@ the effect of the finished-request reduction and of --merge, on the shipped
 examples (livelock.json also at spread 1: many variants that livelock) and a
 five-request family with stop-token choices at spreads 3 to 5 (rates: the
 median of 3 runs, each version in a fresh process; states of translated
-variants are derived, not explored: both rates are shown); with --before, the
-same rates of another version of loopcheck beside them; with --largest, the
-largest spread of that family verified within a time limit.
+variants are derived, not explored: both rates are shown); then, for the
+scaling over processes only, larger families (seconds each: livelock.json at
+spread 2, the five-request family at spread 6); with --before, the same rates
+of another version of loopcheck beside them; with --largest, the largest
+spread of that family verified within a time limit.
 
 Usage: python -m benchmarks.explore [--spread N] [--largest SECONDS] [--before CHECKOUT]
 """
@@ -47,6 +49,14 @@ def cases(spread: int) -> list[tuple[str, Workload, int]]:
     return out
 
 
+def larger() -> list[tuple[str, Workload, int]]:
+    """Families that take seconds, where starting processes costs little: their
+    rates on one and two processes only."""
+    out = [(f"livelock.json {policy}", load_workload(EXAMPLES / "livelock.json").with_config(preemption_policy=policy),
+            2) for policy in ("unguarded", "guarded")]
+    return [*out, ("five requests guarded", five_requests(), 6)]
+
+
 MEASURE = """
 import json, statistics, sys, time
 from model.survey import survey
@@ -71,6 +81,13 @@ def rate(w: Workload, spread: int, workers: int, checkout: Path = ROOT) -> tuple
                           text=True, check=True)
     states, explored, per_second = json.loads(done.stdout)
     return states, explored, per_second
+
+
+def rates(w: Workload, spread: int, checkout: Path = ROOT) -> tuple[int, int, float, float]:
+    """`rate` on one process and on two: states, explored, both states/s."""
+    states, explored, one = rate(w, spread, 1, checkout)
+    *_, two = rate(w, spread, 2, checkout)
+    return states, explored, one, two
 
 
 def bytes_per_state(w: Workload, spread: int) -> float:
@@ -108,16 +125,14 @@ def main() -> None:
         parser.error(f"--before {args.before}: not a loopcheck checkout (no model/survey.py)")
     rows = []
     for name, w, spread in cases(args.spread):
-        states, explored, one = rate(w, spread, 1)
-        *_, two = rate(w, spread, 2)
+        states, explored, one, two = rates(w, spread)
         full = explore(w, max_states=10**8, spread=spread, reduce=False).states
         merged = explore(w, max_states=10**8, spread=spread, merge=True).states
         row = [name, spread, states, explored, f"{one:,.0f}", f"{one * explored / states:,.0f}", f"{two:,.0f}",
                f"{two / one:.2f}x",
                f"{bytes_per_state(w, spread):,.0f}", f"{full / states:.2f}x", f"{states / merged:.2f}x"]
         if args.before:
-            old_states, _, old_one = rate(w, spread, 1, args.before)
-            *_, old_two = rate(w, spread, 2, args.before)
+            old_states, _, old_one, old_two = rates(w, spread, args.before)
             row += [f"{old_one:,.0f}", f"{old_two:,.0f}", f"{one / old_one:.1f}x",
                     "yes" if old_states == states else f"no ({old_states})"]
         rows.append(row)
@@ -125,6 +140,18 @@ def main() -> None:
     print(table(["workload", "spread", "states", "explored", "states/s (1 proc)", "explored/s (1 proc)",
                  "states/s (2 procs)", "2 procs / 1",
                  "bytes/state (explore)", "full/reduced states", "reduced/merged states", *before], rows))
+    rows = []
+    for name, w, spread in larger():
+        states, explored, one, two = rates(w, spread)
+        row = [name, spread, states, explored, f"{one:,.0f}", f"{two:,.0f}", f"{two / one:.2f}x"]
+        if args.before:
+            *_, old_one, old_two = rates(w, spread, args.before)
+            row += [f"{old_one:,.0f}", f"{old_two:,.0f}", f"{old_two / old_one:.2f}x"]
+        rows.append(row)
+    before = ["before: 1 proc", "before: 2 procs", "before: 2 procs / 1"] if args.before else []
+    print()
+    print(table(["larger family", "spread", "states", "explored", "states/s (1 proc)", "states/s (2 procs)",
+                 "2 procs / 1", *before], rows))
     if args.largest:
         largest(args.largest)
 

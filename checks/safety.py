@@ -1,6 +1,6 @@
 """Safety properties any LLM scheduler must keep, read from the trace and the
-observation: the slot and token caps, KV conservation, and the blocks each
-request's table lists."""
+observation: the slot and token caps, KV conservation, the blocks each
+request's table lists, and the blocks its prefix-cache hits read."""
 
 from __future__ import annotations
 
@@ -139,3 +139,97 @@ def _shared(block: int, a: RequestView, j: int, b: RequestView, k: int, block_si
         raise Violation("kv-tables", f"block {block}, page {k} of {a.spec.rid} and {b.spec.rid}, is shared but "
                                      f"their tokens at positions 0..{end} differ: {list(a.content(end))} and "
                                      f"{list(b.content(end))}")
+
+
+class KvHitBlocks(Check):
+    """A prefix-cache hit reads, in place, the block that holds the hit page's
+    tokens: hit page k of an admission or resumption, listed in the request's
+    table after the step, is a block that no running request lists besides it
+    (a shared page is `kv-tables`'), and the block last held, as the tables
+    showed it, the same tokens up to the page's end. So a cache whose key
+    outlives its block's content (an evicted page's key kept, a freed block
+    still keyed) is caught though nobody holds the block any more.
+
+    What a block holds is read off the tables after each step: each page of a
+    running request holds its tokens up to the page's end once the request has
+    those positions by the trace, a partly written page no full page, an
+    unwritten one what it held before. A request that works in a step and no
+    longer runs after it wrote blocks no table showed: its pages from its
+    previous table forget what they held, and, if it wrote pages that table did
+    not list, so does every block no table lists now (never judged rather than
+    judged on a guess). Assumes hits are read in place, as vLLM's, SGLang's and
+    loopcheck's caches do; a system that loads hits into fresh blocks breaks it
+    by design (`--ignore kv-hit-blocks`)."""
+
+    name = "kv-hit-blocks"
+    props = ("kv-hit-blocks",)
+
+    def __init__(self) -> None:
+        # block -> (hash of the tokens up to its page's end, or None: no full page), writer, page
+        self.held: dict[int, tuple[int | None, str, int]] = {}
+        self.tables: dict[str, list[list[int]]] = {}   # the running requests' tables after the previous step
+
+    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
+        return None if caps.block_tables else "the system reports no block tables (capabilities.block_tables)"
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        view, bs = driver.view, driver.cfg.block_size
+        running = [r for r in view.open.values() if r.status == RUNNING]
+        tables = {r.spec.rid: obs.block_tables.get(r.spec.rid, []) for r in running}
+        holders: dict[int, int] = {}
+        for pages in tables.values():
+            for block in {b for page in pages for b in page}:
+                holders[block] = holders.get(block, 0) + 1
+        self._forget_unseen_writes(events, view.tokens_before, view.requests, bs, holders)
+        for e, contents in view.hit_pages:
+            for k, page in enumerate(tables.get(e.rid, [])[:len(contents)]):
+                for block in page:
+                    self._judge_hit(e, k, block, contents[k], holders)
+        for r in running:
+            for k, page in enumerate(tables[r.spec.rid]):
+                end = (k + 1) * bs
+                if (r.reach or 0) > k * bs:   # (a page not yet written holds what it held)
+                    digest = hash(r.content(end)) if (r.reach or 0) >= end else None
+                    self.held.update(dict.fromkeys(page, (digest, r.spec.rid, k)))
+        self.tables = tables
+
+    def _forget_unseen_writes(self, events: list[Event], tokens_before: list[int], requests: dict[str, RequestView],
+                              bs: int, holders: dict[int, int]) -> None:
+        """Forget what the blocks hold that a request wrote in this step where no
+        table after it shows them: it worked and is not running. Pages its
+        previous table listed name their blocks; a page past them is any block
+        free in the step: any block no table lists now, but, when it alone wrote
+        such pages, its own other blocks (a request holds its pages through a
+        step)."""
+        written: dict[str, set[int]] = {}   # request -> pages its work of this step wrote
+        for e, before in zip(events, tokens_before, strict=True):
+            r = requests[e.rid]
+            if r.status == RUNNING or e.kind not in ("prefill", "token"):
+                continue
+            if e.kind == "prefill":
+                first, last = e.args[0], e.args[1] - 1
+            else:   # (its decode wrote its input position)
+                first = last = len(r.spec.prompt) + before - 1
+            written.setdefault(e.rid, set()).update(range(first // bs, last // bs + 1))
+        unlisted = [rid for rid, pages in written.items() if max(pages) >= len(self.tables.get(rid, []))]
+        for rid, pages in written.items():
+            table = self.tables.get(rid, [])
+            for k in pages:
+                for block in (table[k] if k < len(table) else ()):
+                    self.held.pop(block, None)
+        if unlisted:
+            keep = set(holders)
+            if len(unlisted) == 1:
+                keep.update(b for page in self.tables.get(unlisted[0], []) for b in page)
+            self.held = {b: held for b, held in self.held.items() if b in keep}
+
+    def _judge_hit(self, e: Event, k: int, block: int, content: tuple[int, ...], holders: dict[int, int]) -> None:
+        held = self.held.get(block)
+        if held is None or holders.get(block, 0) > 1:
+            return
+        digest, writer, page = held
+        if digest != hash(content):
+            what = f"page {page} of {writer}" if digest is not None else f"part of page {page} of {writer}"
+            raise Violation("kv-hit-blocks", f"{e}: hit page {k} of {e.rid} (its tokens at positions "
+                                             f"0..{len(content)}: {list(content)}) is block {block}, which last "
+                                             f"held {what}")

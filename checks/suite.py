@@ -19,7 +19,7 @@ from checks.liveness import NeverFitRejected, PriorityVictims, PriorityWaiting, 
 from checks.lockstep import Lockstep, ModelBounds
 from checks.outputs import OutputEquivalence, ReportedOutputs
 from checks.rules import DocumentedRules
-from checks.safety import Caps, KvConservation, KvTables
+from checks.safety import Caps, KvConservation, KvHitBlocks, KvTables
 from model.errors import WorkloadError
 from sut.driver import DRIVER_PROPERTIES
 
@@ -34,9 +34,9 @@ MODES = ("property", "lockstep")
 
 def property_checks(outputs: bool = True) -> list[Check]:
     """Fresh instances of every property check (checks hold per-run state)."""
-    checks: list[Check] = [Lifecycle(), Work(), PrefixHits(), Aborts(), Caps(), KvTables(), KvConservation(),
-                           Progress(), NeverFitRejected(), PriorityWaiting(), PriorityVictims(), GuardedFutility(),
-                           DocumentedRules(), ReportedOutputs()]
+    checks: list[Check] = [Lifecycle(), Work(), PrefixHits(), Aborts(), Caps(), KvTables(), KvHitBlocks(),
+                           KvConservation(), Progress(), NeverFitRejected(), PriorityWaiting(), PriorityVictims(),
+                           GuardedFutility(), DocumentedRules(), ReportedOutputs()]
     return checks + ([OutputEquivalence()] if outputs else [])
 
 

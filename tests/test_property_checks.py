@@ -18,6 +18,7 @@ import pytest
 import sut.driver
 from checks.base import Violation
 from checks.needs import covered_blocks
+from checks.safety import KvHitBlocks
 from checks.suite import CheckSet, checks_for
 from fuzz.campaign import run_campaign
 from fuzz.pytest_plugin import run_machine
@@ -63,7 +64,8 @@ def test_the_clean_toy_breaks_no_property(tmp_path) -> None:
                                        ("stale-resume", {"work"}), ("page-key", {"prefix-hits"}),
                                        # without kv-excess, the livelock its useless preemptions cause shows later
                                        ("keep-on-preempt", {"kv-excess"}), ("phantom-restore", {"work"}),
-                                       ("urgent-victim", {"priority-victim"}), ("stale-key", {"kv-tables"}),
+                                       ("urgent-victim", {"priority-victim"}),
+                                       ("stale-key", {"kv-tables", "kv-hit-blocks"}),
                                        ("split-chunk", {"work"})])
 def test_each_planted_bug_is_caught_by_its_property(bug, props, tmp_path) -> None:
     with pytest.raises(Violation) as caught:
@@ -84,6 +86,28 @@ def test_a_block_in_two_tables_is_one_full_page_of_the_same_tokens() -> None:
     stale = run_workload(w, toy("stale-key"), checks_for("property"))
     assert stale.violation is not None and stale.violation.prop == "kv-tables" and stale.violation.step == 2
     assert stale.violation.message == "block 0 is page 2 of q1 and page 0 of q2"
+    clean = run_workload(w, toy(), checks_for("property"))
+    assert clean.violation is None and clean.drained
+
+
+def test_a_hit_reads_the_block_that_last_held_its_tokens() -> None:
+    """kv-hit-blocks on the toy whose evicted prefix pages keep their keys: q0's
+    page (5,) is cached in block 0, which q1 takes as its page 4 when the queue
+    runs dry and fills with its own tokens; once q1 has finished (nobody holds
+    block 0, so kv-tables has no two tables to compare), q2 hits (5,) through
+    the stale key and reads q1's page. No other check sees it; the clean toy
+    drains the same workload."""
+    pinned = {k: v for k, v in PINNED.items() if k != "execution"}
+    w = Workload(Config(num_blocks=6, block_size=1, max_num_seqs=1, max_num_batched_tokens=8, prefill_chunk_size=8,
+                        prefix_caching=True, **pinned),
+                 (RequestSpec("q0", (5, 5), 1), RequestSpec("q1", (7,) * 5, 2),
+                  RequestSpec("q2", (5, 9), 2, arrival=6)))
+    stale = run_workload(w, toy("stale-key"), checks_for("property"))
+    assert stale.violation is not None and stale.violation.prop == "kv-hit-blocks" and stale.violation.step == 6
+    assert stale.violation.message == ("admit(q2, 1): hit page 0 of q2 (its tokens at positions 0..1: [5]) is block 0, "
+                                       "which last held page 4 of q1")
+    others = [c for c in checks_for("property") if not isinstance(c, KvHitBlocks)]
+    assert run_workload(w, toy("stale-key"), others).violation is None
     clean = run_workload(w, toy(), checks_for("property"))
     assert clean.violation is None and clean.drained
 
