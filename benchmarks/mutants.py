@@ -2,19 +2,26 @@
 reference model sees them) and policy bugs planted in the engine and the model
 at once (only the property checks can see them), each applied to a scratch copy
 of the project and fuzzed there (torch engine, lockstep checks, guarded policy,
-random configs by default)
-with a fixed budget and seed (several config modes split the budget; time to
-detection then includes the budget of the modes tried before the one that
-found it).
+random configs by default); with --target vllm, bugs planted in vLLM's own
+scheduler, KV cache manager and block pool (as the fuzz process imports them:
+the installed vLLM is not touched), fuzzed through the vLLM adapter with the
+property checks, its two known bugs kept out of the way (`--shape
+oversized=off --ignore priority-inversion`, so a mutant seen only as a priority
+inversion survives). Each with a fixed budget and seed (several config modes
+split the budget; time to detection then includes the budget of the modes
+tried before the one that found it).
 Prints, per mutant, whether the fuzzer killed it, by which property and how
 fast; then the kill rate and the median time to detection.
 
-Usage: python -m benchmarks.mutants [--budget 20] [--seed 1] [--only NAME,...] [--configs regression,random]
+Usage: python -m benchmarks.mutants [--target engine|vllm] [--budget 20] [--seed 1] [--only NAME,...]
+                                    [--configs regression,random]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.abc
+import importlib.machinery
 import json
 import os
 import shutil
@@ -23,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from loopcheck.report import table
 
@@ -38,6 +46,8 @@ EQUIVALENT = {
                                "less urgent) is still outside the batch: the filter never removes one",
     "no rewind": "a preempted request's chunk is reset again when it is admitted, and the rewind event is "
                  "still emitted: nothing observable changes",
+    "nothing planted": "vLLM as installed, the control: it must survive the same campaign, else the kills above may "
+                       "be its own bugs",
 }
 
 # (name, edits), each edit (file, original text, planted text): each original must
@@ -110,23 +120,118 @@ MUTANTS = [
 ]
 
 
+VLLM_CORE = "vllm.v1.core."
+POOL_V, SCHED_V, MANAGER_V, TYPES_V, UTILS_V = (VLLM_CORE + m for m in (
+    "block_pool", "sched.scheduler", "kv_cache_manager", "single_type_kv_cache_manager", "sched.utils"))
+
+# (name, edits), each edit (module, original text, planted text), planted in vLLM 0.33.0 as it is imported.
+VLLM_MUTANTS = [
+    ("nothing planted", ()),
+    ("free keeps the ref count", ((POOL_V, "            block.ref_cnt -= 1\n            if block.ref_cnt == 0:",
+                                   "            if block.ref_cnt == 1:"),)),
+    ("eviction keeps the hash", ((POOL_V, "evicted_hashes = self._remove_cached_block_hashes(block)",
+                                  "evicted_hashes = []"),)),
+    ("preemption keeps computed tokens", ((SCHED_V, "        request.status = RequestStatus.PREEMPTED\n"
+                                           "        request.num_computed_tokens = 0\n",
+                                           "        request.status = RequestStatus.PREEMPTED\n"),)),
+    ("running requests may pass the budget", ((SCHED_V, "num_new_tokens, token_budget, input_budget - draft_slots\n",
+                                               "num_new_tokens, token_budget + 1, input_budget - draft_slots + 1\n"),)),
+    ("admissions may pass the budget",
+     ((SCHED_V, "request_token_budget = min(token_budget, input_budget - draft_slots)",
+       "request_token_budget = min(token_budget, input_budget - draft_slots) + 1"),)),
+    ("most urgent victim", ((SCHED_V, "preempted_req = max(\n                            self.running,",
+                             "preempted_req = min(\n                            self.running,"),)),
+    ("FCFS victim the oldest running", ((SCHED_V, "                    else:\n"
+                                         "                        preempted_req = self.running.pop()\n",
+                                         "                    else:\n"
+                                         "                        preempted_req = self.running.pop(0)\n"),)),
+    ("stop token ignored", ((UTILS_V, "if last_token_id in (sampling_params.stop_token_ids or ()):", "if False:"),)),
+    ("one token too many", ((UTILS_V, "or request.num_output_tokens >= request.max_tokens",
+                             "or request.num_output_tokens > request.max_tokens"),)),
+    ("whole prompt may hit", ((MANAGER_V, "            max_cache_hit_length = request.num_tokens - 1\n"
+                               "        computed_blocks",
+                               "            max_cache_hit_length = request.num_tokens\n        computed_blocks"),)),
+    ("slot cap off by one", ((SCHED_V, "if num_running >= self.max_num_active_reqs:",
+                              "if num_running > self.max_num_active_reqs:"),)),
+    ("one block short", ((TYPES_V, "        req_blocks = self.req_to_blocks[request_id]\n"
+                          "        num_required_blocks = cdiv(num_tokens, self.block_size)",
+                          "        req_blocks = self.req_to_blocks[request_id]\n"
+                          "        num_required_blocks = num_tokens // self.block_size"),)),
+    ("partial block cached", ((TYPES_V, "num_full_blocks = min(num_tokens, num_hashed_tokens) // self.block_size",
+                               "num_full_blocks = cdiv(min(num_tokens, num_hashed_tokens), self.block_size)"),)),
+    ("abort leaves waiting requests queued", ((SCHED_V, "                waiting_requests_to_remove.append(request)",
+                                               "                pass"),)),
+]
+
+
+def planted(source: str, edits: list[tuple[str, str]], where: str) -> str:
+    """`source` with each (original, planted) edit made; SystemExit unless each
+    original occurs exactly once."""
+    for old, new in edits:
+        if source.count(old) != 1:
+            raise SystemExit(f"benchmarks.mutants: the original text of a mutant occurs {source.count(old)} times "
+                             f"in {where}")
+        source = source.replace(old, new)
+    return source
+
+
 def apply(copy: Path, edits: tuple[tuple[str, str, str], ...]) -> None:
     for path, old, new in edits:
         target = copy / path
-        text = target.read_text()
-        if text.count(old) != 1:
-            raise SystemExit(f"benchmarks.mutants: the original text of a mutant occurs {text.count(old)} times "
-                             f"in {path}")
-        target.write_text(text.replace(old, new))
+        target.write_text(planted(target.read_text(), [(old, new)], path))
 
 
-def fuzz(copy: Path, budget: float, seed: int, configs: str) -> dict:
+class PlantOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports the modules named in `edits` (module -> [(original, planted)]) from
+    their own files with the edits made (in this process only)."""
+
+    def __init__(self, edits: dict[str, list[tuple[str, str]]]) -> None:
+        self.edits = edits
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.edits:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.origin is None:
+            raise SystemExit(f"benchmarks.mutants: no module {fullname} to plant a mutant in")
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        origin = module.__spec__.origin
+        source = planted(Path(origin).read_text(), self.edits[module.__name__], module.__name__)
+        exec(compile(source, origin, "exec"), module.__dict__)
+
+
+def plant_on_import(edits: list[list[str]]) -> None:
+    """Install `PlantOnImport` for edits [module, original, planted]."""
+    by_module: dict[str, list[tuple[str, str]]] = {}
+    for module, old, new in edits:
+        by_module.setdefault(module, []).append((old, new))
+    sys.meta_path.insert(0, PlantOnImport(by_module))
+
+
+CLI_MAIN = "import sys; from loopcheck.cli import main; sys.exit(main(sys.argv[1:]))"
+VLLM_MAIN = ("import json, os; from benchmarks.mutants import plant_on_import; "
+             "plant_on_import(json.loads(os.environ['LOOPCHECK_MUTANT'])); " + CLI_MAIN)
+
+
+def fuzz(copy: Path, budget: float, seed: int, configs: str, vllm_edits: tuple | None = None) -> dict:
+    """One fuzz campaign in a subprocess: the torch engine of the project copy
+    `copy`, or, with `vllm_edits`, vLLM with them planted (from this checkout)."""
     out = copy / f"fuzz-out-{configs}"
-    env = {**os.environ, "PYTHONPATH": str(copy)}
-    cmd = [sys.executable, "-c", "import sys; from loopcheck.cli import main; sys.exit(main(sys.argv[1:]))",
-           "fuzz", "--adapter", "torch", "--configs", configs, "--policy", "guarded",
+    if vllm_edits is None:
+        env, cwd = {**os.environ, "PYTHONPATH": str(copy)}, copy
+        code, target = CLI_MAIN, ["--adapter", "torch"]
+    else:
+        env, cwd = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPCHECK_MUTANT": json.dumps(vllm_edits)}, ROOT
+        code, target = VLLM_MAIN, ["--adapter", "vllm", "--shape", "oversized=off", "--ignore", "priority-inversion"]
+    cmd = [sys.executable, "-c", code, "fuzz", *target, "--configs", configs, "--policy", "guarded",
            "--budget-seconds", str(budget), "--seed", str(seed), "--out", str(out), "--json"]
-    proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=budget * 6 + 300)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=budget * 6 + 300)
     summary = {}
     for line in reversed(proc.stdout.splitlines()):   # the JSON summary is the last line that is JSON
         if line.startswith("{"):
@@ -143,25 +248,32 @@ def fuzz(copy: Path, budget: float, seed: int, configs: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--target", choices=("engine", "vllm"), default="engine",
+                        help="plant bugs in loopcheck's torch engine (default) or in vLLM's scheduler")
     parser.add_argument("--budget", type=float, default=20.0, help="fuzz seconds per mutant")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", help="comma-separated mutant names")
     parser.add_argument("--configs", default="random",
                         help="config modes to fuzz in turn, the budget split between them")
     args = parser.parse_args()
-    chosen = [m for m in MUTANTS if not args.only or m[0] in args.only.split(",")]
+    mutants = VLLM_MUTANTS if args.target == "vllm" else MUTANTS
+    chosen = [m for m in mutants if not args.only or m[0] in args.only.split(",")]
     rows, times, killed = [], [], 0
     with tempfile.TemporaryDirectory(prefix="loopcheck-mutants-") as tmp:
         for name, edits in chosen:
             copy = Path(tmp) / "copy"
             shutil.rmtree(copy, ignore_errors=True)
-            shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.egg-info",
-                                                                       ".hypothesis", ".pytest_cache"))
-            apply(copy, edits)
+            if args.target == "vllm":
+                copy.mkdir()   # (only for the campaign's output: the edits are planted on import)
+            else:
+                shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.egg-info",
+                                                                           ".hypothesis", ".pytest_cache"))
+                apply(copy, edits)
             modes = args.configs.split(",")
             offset = 0.0     # budget spent in earlier config modes
             for configs in modes:   # the budget split between the config modes, in order
-                result = fuzz(copy, args.budget / len(modes), args.seed, configs)
+                result = fuzz(copy, args.budget / len(modes), args.seed, configs,
+                              edits if args.target == "vllm" else None)
                 found = result["summary"].get("counterexamples") or []
                 if found or result["rc"] != 0:
                     break

@@ -60,7 +60,8 @@ def test_a_fitting_workload_drains_with_every_property_held() -> None:
 
 
 @pytest.mark.parametrize("name,prop", [("queue_head_stall.json", "stall"),
-                                       ("priority_inversion.json", "priority-inversion")])
+                                       ("priority_inversion.json", "priority-inversion"),
+                                       ("uncomputed_prefix_hit.json", "prefix-hits")])
 def test_shipped_counterexamples_replay(name, prop, capsys) -> None:
     w = load_workload(EXAMPLES / name)
     assert w.extra["property"] == prop and len(w.requests) <= 3
