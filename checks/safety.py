@@ -17,6 +17,8 @@ from sut.view import RUNNING, RequestView
 if TYPE_CHECKING:
     from sut.driver import Driver
 
+NO_TABLES = "the system reports no block tables (capabilities.block_tables)"   # why the table checks cannot run
+
 
 class Caps(Check):
     """running <= max_num_seqs and batched tokens <= max_num_batched_tokens, every
@@ -94,7 +96,7 @@ class KvTables(Check):
     props = ("kv-tables",)
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
-        return None if caps.block_tables else "the system reports no block tables (capabilities.block_tables)"
+        return None if caps.block_tables else NO_TABLES
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         cfg = driver.cfg
@@ -170,7 +172,7 @@ class KvHitBlocks(Check):
         self.tables: dict[str, list[list[int]]] = {}   # the running requests' tables after the previous step
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
-        return None if caps.block_tables else "the system reports no block tables (capabilities.block_tables)"
+        return None if caps.block_tables else NO_TABLES
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         view, bs = driver.view, driver.cfg.block_size
