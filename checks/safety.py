@@ -12,7 +12,7 @@ from model.config import Config
 from model.events import Event
 from model.invariants import batch_tokens
 from sut.protocol import Capabilities, Observation
-from sut.view import RUNNING, RequestView
+from sut.view import RUNNING, RequestView, computed
 
 if TYPE_CHECKING:
     from sut.driver import Driver
@@ -208,11 +208,8 @@ class KvHitBlocks(Check):
             r = requests[e.rid]
             if r.status == RUNNING or e.kind not in ("prefill", "token"):
                 continue
-            if e.kind == "prefill":
-                first, last = e.args[0], e.args[1] - 1
-            else:   # (its decode wrote its input position)
-                first = last = len(r.spec.prompt) + before - 1
-            written.setdefault(e.rid, set()).update(range(first // bs, last // bs + 1))
+            start, end = computed(e, len(r.spec.prompt), before)
+            written.setdefault(e.rid, set()).update(range(start // bs, (end - 1) // bs + 1))
         unlisted = [rid for rid, pages in written.items() if max(pages) >= len(self.tables.get(rid, []))]
         for rid, pages in written.items():
             table = self.tables.get(rid, [])

@@ -40,6 +40,15 @@ class RequestView:
         return prompt[:end] if end <= len(prompt) else prompt + tuple(self.token_ids[:end - len(prompt)])
 
 
+def computed(e: Event, prompt_len: int, tokens: int) -> tuple[int, int]:
+    """The positions [start, end) whose KV a prefill or token event computed, of a
+    request with `prompt_len` prompt positions and `tokens` tokens before the
+    event: a prefill's own range; a token's decode computed its input position."""
+    if e.kind == "prefill":
+        return e.args[0], e.args[1]
+    return prompt_len + tokens - 1, prompt_len + tokens
+
+
 class TraceView:
     """Request statuses and per-step facts, folded from submissions and events
     (`block_size`: the positions of a prefix-cache hit page; `keep_pages`: keep
@@ -82,11 +91,7 @@ class TraceView:
             self.changed.setdefault(e.rid, r.status)
             if e.kind in ("prefill", "token"):
                 self.worked.add(e.rid)
-                if e.kind == "prefill":
-                    start, end = e.args[0], e.args[1]
-                else:   # its decode computed its input position
-                    end = len(r.spec.prompt) + r.generated
-                    start = end - 1
+                start, end = computed(e, len(r.spec.prompt), r.generated)
                 if self.keep_pages:
                     self.computed_pages.update(hash(r.content(k)) for k in range(start // bs * bs + bs, end + 1, bs))
                 r.reach = max(end, r.reach or 0)
