@@ -26,10 +26,10 @@ import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
+from loopcheck.explorer.explore import explore
+from loopcheck.explorer.survey import survey
+from loopcheck.model.workload import Workload, load_workload
 from loopcheck.report import table
-from model.explore import explore
-from model.survey import survey
-from model.workload import Workload, load_workload
 from tests.helpers import five_requests
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,9 +58,14 @@ def larger() -> list[tuple[str, Workload, int]]:
 
 
 MEASURE = """
-import json, statistics, sys, time
-from model.survey import survey
-from model.workload import workload_from_json
+import importlib.util, json, pathlib, statistics, sys, time
+for folder in ("model", "explorer"):   # this checkout's parts, under their installed names
+    spec = importlib.util.spec_from_file_location(f"loopcheck.{folder}", pathlib.Path(folder, "__init__.py"),
+                                                  submodule_search_locations=[str(pathlib.Path(folder).resolve())])
+    sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules[spec.name])
+from loopcheck.explorer.survey import survey
+from loopcheck.model.workload import workload_from_json
 w, spread, workers = workload_from_json(json.load(sys.stdin)), int(sys.argv[1]), int(sys.argv[2])
 rates = []
 for _ in range(3):
@@ -121,8 +126,9 @@ def main() -> None:
                         help="another version of loopcheck (e.g. a git worktree of an older commit): its states/s "
                              "on the same families, measured in the same run")
     args = parser.parse_args()
-    if args.before and not (args.before / "model" / "survey.py").is_file():
-        parser.error(f"--before {args.before}: not a loopcheck checkout (no model/survey.py)")
+    if args.before and not (args.before / "explorer" / "survey.py").is_file():
+        parser.error(f"--before {args.before}: not a loopcheck checkout with the explorer package "
+                     "(no explorer/survey.py)")
     rows = []
     for name, w, spread in cases(args.spread):
         states, explored, one, two = rates(w, spread)

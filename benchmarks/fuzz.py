@@ -15,14 +15,14 @@ import tempfile
 from collections.abc import Collection
 from pathlib import Path
 
-from checks.suite import CheckSet, checks_for
-from fuzz.campaign import run_campaign
-from fuzz.strategies import DEFAULT_SHAPE, Shape
+from loopcheck.checks.suite import CheckSet, checks_for
+from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.strategies import DEFAULT_SHAPE, Shape
+from loopcheck.model.workload import load_workload
 from loopcheck.report import table
-from model.workload import load_workload
-from sut.driver import run_workload
-from sut.protocol import SutFactory
-from sut.torch_sut import TorchSUT
+from loopcheck.sut.driver import run_workload
+from loopcheck.sut.protocol import SutFactory
+from loopcheck.sut.torch_sut import TorchSUT
 
 
 def hunt(label: str, expect: Collection[str], seeds: int, budget: float, factory: SutFactory = TorchSUT,

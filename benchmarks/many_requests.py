@@ -22,10 +22,10 @@ import random
 import time
 from typing import Any
 
+from loopcheck.model.config import Config
+from loopcheck.model.workload import RequestSpec, Workload
 from loopcheck.report import table
-from model.config import Config
-from model.workload import RequestSpec, Workload
-from sut.simulate import simulate_model
+from loopcheck.sut.simulate import simulate_model
 
 SHAPES: dict[str, dict[str, Any]] = {
     "slots": {},

@@ -1,8 +1,8 @@
 """Mutation benchmark: planted bugs in the engine's scheduler and block pool (lockstep with the
 reference model sees them) and policy bugs planted in the engine and the model
-at once (only the property checks can see them), each applied to a scratch copy
-of the project and fuzzed there (torch engine, lockstep checks, guarded policy,
-random configs by default); with --target vllm, bugs planted in vLLM's own
+at once (only the property checks can see them), each planted as the fuzz
+process imports the module (the files are not touched) and fuzzed (torch engine,
+lockstep checks, guarded policy, random configs by default); with --target vllm, bugs planted in vLLM's own
 scheduler, KV cache manager and block pool (as the fuzz process imports them:
 the installed vLLM is not touched), fuzzed through the vLLM adapter with the
 property checks, its two known bugs kept out of the way (`--shape
@@ -35,9 +35,9 @@ from typing import Any
 from loopcheck.report import table
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHED = "engine/scheduler.py"
-POOL = "engine/kv_cache.py"
-MODEL = "model/reference.py"
+SCHED = "loopcheck.engine.scheduler"
+POOL = "loopcheck.engine.kv_cache"
+MODEL = "loopcheck.model.reference"
 
 # Mutants that cannot change anything a system reports, with the reason: they are
 # listed and run, but the kill rate is over the others.
@@ -50,7 +50,7 @@ EQUIVALENT = {
                        "be its own bugs",
 }
 
-# (name, edits), each edit (file, original text, planted text): each original must
+# (name, edits), each edit (module, original text, planted text): each original must
 # occur exactly once. The engine's bugs alone are seen by lockstep; a policy bug
 # planted in the model and the engine at once only by the property checks.
 def engine(old: str, new: str) -> tuple[tuple[str, str, str], ...]:
@@ -175,12 +175,6 @@ def planted(source: str, edits: list[tuple[str, str]], where: str) -> str:
     return source
 
 
-def apply(copy: Path, edits: tuple[tuple[str, str, str], ...]) -> None:
-    for path, old, new in edits:
-        target = copy / path
-        target.write_text(planted(target.read_text(), [(old, new)], path))
-
-
 class PlantOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports the modules named in `edits` (module -> [(original, planted)]) from
     their own files with the edits made (in this process only)."""
@@ -215,23 +209,21 @@ def plant_on_import(edits: list[list[str]]) -> None:
 
 
 CLI_MAIN = "import sys; from loopcheck.cli import main; sys.exit(main(sys.argv[1:]))"
-VLLM_MAIN = ("import json, os; from benchmarks.mutants import plant_on_import; "
+PLANTED_MAIN = ("import json, os; from benchmarks.mutants import plant_on_import; "
              "plant_on_import(json.loads(os.environ['LOOPCHECK_MUTANT'])); " + CLI_MAIN)
 
 
-def fuzz(copy: Path, budget: float, seed: int, configs: str, vllm_edits: tuple | None = None) -> dict:
-    """One fuzz campaign in a subprocess: the torch engine of the project copy
-    `copy`, or, with `vllm_edits`, vLLM with them planted (from this checkout)."""
-    out = copy / f"fuzz-out-{configs}"
-    if vllm_edits is None:
-        env, cwd = {**os.environ, "PYTHONPATH": str(copy)}, copy
-        code, target = CLI_MAIN, ["--adapter", "torch"]
-    else:
-        env, cwd = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPCHECK_MUTANT": json.dumps(vllm_edits)}, ROOT
-        code, target = VLLM_MAIN, ["--adapter", "vllm", "--shape", "oversized=off", "--ignore", "priority-inversion"]
-    cmd = [sys.executable, "-c", code, "fuzz", *target, "--configs", configs, "--policy", "guarded",
+def fuzz(scratch: Path, budget: float, seed: int, configs: str, edits: tuple, target: str) -> dict:
+    """One fuzz campaign in a subprocess, `edits` planted as it imports the
+    modules they name (this checkout's engine and model, or the installed vLLM),
+    its output under `scratch`."""
+    out = scratch / f"fuzz-out-{configs}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPCHECK_MUTANT": json.dumps(edits)}
+    adapter = (["--adapter", "vllm", "--shape", "oversized=off", "--ignore", "priority-inversion"] if target == "vllm"
+               else ["--adapter", "torch"])
+    cmd = [sys.executable, "-c", PLANTED_MAIN, "fuzz", *adapter, "--configs", configs, "--policy", "guarded",
            "--budget-seconds", str(budget), "--seed", str(seed), "--out", str(out), "--json"]
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=budget * 6 + 300)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=budget * 6 + 300)
     summary = {}
     for line in reversed(proc.stdout.splitlines()):   # the JSON summary is the last line that is JSON
         if line.startswith("{"):
@@ -242,7 +234,7 @@ def fuzz(copy: Path, budget: float, seed: int, configs: str, vllm_edits: tuple |
                 continue
     if proc.returncode not in (0, 1) or (proc.returncode == 1 and not summary.get("counterexamples")):
         (ROOT / "benchmarks" / "mutants-errors.log").open("a").write(
-            f"--- {copy} rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}\n")
+            f"--- {scratch} rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}\n")
     return {"rc": proc.returncode, "summary": summary, "stderr": proc.stderr[-300:]}
 
 
@@ -261,19 +253,13 @@ def main() -> None:
     rows, times, killed = [], [], 0
     with tempfile.TemporaryDirectory(prefix="loopcheck-mutants-") as tmp:
         for name, edits in chosen:
-            copy = Path(tmp) / "copy"
-            shutil.rmtree(copy, ignore_errors=True)
-            if args.target == "vllm":
-                copy.mkdir()   # (only for the campaign's output: the edits are planted on import)
-            else:
-                shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.egg-info",
-                                                                           ".hypothesis", ".pytest_cache"))
-                apply(copy, edits)
+            scratch = Path(tmp) / "scratch"   # the campaign's output (the edits are planted on import)
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir()
             modes = args.configs.split(",")
             offset = 0.0     # budget spent in earlier config modes
             for configs in modes:   # the budget split between the config modes, in order
-                result = fuzz(copy, args.budget / len(modes), args.seed, configs,
-                              edits if args.target == "vllm" else None)
+                result = fuzz(scratch, args.budget / len(modes), args.seed, configs, edits, args.target)
                 found = result["summary"].get("counterexamples") or []
                 if found or result["rc"] != 0:
                     break

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 
 from benchmarks.steps import EXAMPLE
+from loopcheck.model.workload import load_workload
+from loopcheck.proofs.drain import MODES, drain, mode_label, preemption_pairs
+from loopcheck.proofs.lasso import lasso_search
+from loopcheck.proofs.result import ProofResult
 from loopcheck.report import table
-from model.workload import load_workload
-from proofs.drain import MODES, drain, mode_label, preemption_pairs
-from proofs.lasso import lasso_search
-from proofs.result import ProofResult
 
 
 def cell(result: ProofResult) -> str:

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import engine.runner
-from engine.llm_engine import LLMEngine
+from loopcheck.engine import runner
+from loopcheck.engine.llm_engine import LLMEngine
+from loopcheck.model.workload import InputSchedule, Workload, load_workload
 from loopcheck.report import table
-from model.workload import InputSchedule, Workload, load_workload
-from sut.simulate import simulate_model
+from loopcheck.sut.simulate import simulate_model
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "livelock.json"
 
@@ -36,10 +36,10 @@ def timed_wrapper(fn: Callable[..., Any], bucket: str, totals: dict[str, float])
 def engine_run(w: Workload, steps: int, totals: dict[str, float] | None) -> tuple[float, int]:
     """Run the engine for up to `steps` steps; with `totals`, time its parts."""
     eng = LLMEngine(w.config)
-    original_attention = engine.runner.paged_attention
+    original_attention = runner.paged_attention
     if totals is not None:
         eng.lm.linear = timed_wrapper(eng.lm.linear, "linear", totals)
-        engine.runner.paged_attention = timed_wrapper(original_attention, "attention", totals)
+        runner.paged_attention = timed_wrapper(original_attention, "attention", totals)
         for name in ("admit_arrivals", "schedule", "complete"):
             setattr(eng.scheduler, name, timed_wrapper(getattr(eng.scheduler, name), "scheduler", totals))
     inputs = InputSchedule(w.requests)
@@ -51,7 +51,7 @@ def engine_run(w: Workload, steps: int, totals: dict[str, float] | None) -> tupl
             if eng.step_count > max(r.arrival for r in w.requests) and not eng.has_unfinished():
                 break
     finally:
-        engine.runner.paged_attention = original_attention
+        runner.paged_attention = original_attention
     return time.perf_counter() - start, eng.step_count
 
 

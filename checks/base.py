@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from model.config import Config
-from model.events import Event
-from sut.protocol import Capabilities, Observation
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
+from loopcheck.sut.code import site
+from loopcheck.sut.protocol import Capabilities, Observation
 
 if TYPE_CHECKING:
-    from sut.driver import Driver
+    from loopcheck.sut.driver import Driver
 
 
 @dataclass
@@ -18,16 +21,35 @@ class Violation(AssertionError):
     """A property found broken: its name, what happened, the step that showed it
     (numbered from 0 as arrivals and traces number steps: the step whose inputs,
     events or observation broke the property, the last one run for a check at
-    the end of a run), and for a livelock the cycle (first step and length)."""
+    the end of a run), for a livelock the cycle (first step and length), and
+    `where` it was found: the FILE:LINE that built it (for a check, the rule that
+    broke; set by the constructor when not given), for a crash the system's line
+    that raised and the exception type, for a hang the line it was stopped at.
+    `signature` (PROP@WHERE) tells one bug from another of the same property."""
 
     prop: str
     message: str
     cycle: dict[str, int] | None = None
     step: int | None = None
+    where: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.where:
+            caller = sys._getframe(2)   # (0: this method, 1: the dataclass __init__)
+            self.where = site(caller.f_code.co_filename, caller.f_lineno)
+
+    @property
+    def signature(self) -> str:
+        return f"{self.prop}@{self.where}"
 
     def __str__(self) -> str:
         where = f" (step {self.step})" if self.step is not None else ""
         return f"{self.prop}{where}: {self.message}"
+
+
+def matches(violation: Violation, ignore: frozenset[str]) -> bool:
+    """Whether `ignore` names the violation's property or its signature."""
+    return violation.prop in ignore or violation.signature in ignore
 
 
 class Check:
@@ -54,3 +76,50 @@ class Check:
 
     def at_end(self, driver: Driver, obs: Observation) -> None:
         """The run drained; `obs` is the last observation."""
+
+
+class Ignoring(Check):
+    """`inner`, but its first violation whose property or signature is in
+    `ignore` (`matches`) is kept in `broken` instead of raised, and switches it off
+    for the rest of the run: a check stopped in the middle of a hook holds a state
+    it cannot be trusted to judge from, so its other properties go unjudged from
+    there too."""
+
+    def __init__(self, inner: Check, ignore: frozenset[str]) -> None:
+        self.inner, self.ignore = inner, ignore
+        self.name, self.props = inner.name, inner.props
+        self.broken: Violation | None = None
+
+    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
+        return self.inner.unavailable(caps, cfg)
+
+    def on_input(self, driver: Driver, kind: str, rid: str) -> None:
+        self._guarded(lambda: self.inner.on_input(driver, kind, rid), driver.t)
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        self._guarded(lambda: self.inner.after_step(driver, events, obs), driver.t - 1)
+
+    def step_cap(self, driver: Driver) -> int | None:
+        return None if self.broken else self.inner.step_cap(driver)
+
+    def at_end(self, driver: Driver, obs: Observation) -> None:
+        self._guarded(lambda: self.inner.at_end(driver, obs), max(driver.t - 1, 0))
+
+    def _guarded(self, hook: Callable[[], None], step: int) -> None:
+        """Run the hook of step `step` (the step a violation is pinned to, as the
+        driver pins them) unless the check is off."""
+        if self.broken:
+            return
+        try:
+            hook()
+        except Violation as v:
+            if not matches(v, self.ignore):
+                raise
+            v.step = step if v.step is None else v.step
+            self.broken = v
+
+
+def ignored(checks: Iterable[Check]) -> list[tuple[str, Violation]]:
+    """Of a run's checks, each `Ignoring` one that broke: its name and the
+    violation it kept."""
+    return [(c.name, c.broken) for c in checks if isinstance(c, Ignoring) and c.broken]

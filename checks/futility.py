@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from checks.base import Check, Violation
-from checks.rules import turn_preemptions
-from model.config import Config
-from model.events import Event
-from sut.protocol import Capabilities, Observation
-from sut.view import RUNNING
+from loopcheck.checks.base import Check, Violation
+from loopcheck.checks.rules import turn_preemptions
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
+from loopcheck.sut.protocol import Capabilities, Observation
+from loopcheck.sut.view import RUNNING
 
 if TYPE_CHECKING:
-    from sut.driver import Driver
+    from loopcheck.sut.driver import Driver
 
 
 class GuardedFutility(Check):

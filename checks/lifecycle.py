@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from checks.base import Check, Violation
-from checks.needs import lifetime_blocks
-from model.config import Config
-from model.events import Event
-from sut.protocol import Capabilities, Observation
-from sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, SUBMITTED, WAITING
+from loopcheck.checks.base import Check, Violation
+from loopcheck.checks.needs import lifetime_blocks
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
+from loopcheck.sut.protocol import Capabilities, Observation
+from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, SUBMITTED, WAITING
 
 if TYPE_CHECKING:
-    from sut.driver import Driver
+    from loopcheck.sut.driver import Driver
 
 # The statuses (as the events so far report them) in which each event may come.
 ALLOWED = {"arrive": {SUBMITTED}, "reject": {WAITING}, "abort": {SUBMITTED, WAITING, RUNNING, PREEMPTED},

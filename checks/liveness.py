@@ -8,15 +8,15 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
-from checks.base import Check, Violation
-from checks.needs import admission_blocks, lifetime_blocks, never_fits
-from model.config import Config
-from model.events import Event
-from sut.protocol import Capabilities, Observation
-from sut.view import FINISHED, PREEMPTED, WAITING
+from loopcheck.checks.base import Check, Violation
+from loopcheck.checks.needs import admission_blocks, lifetime_blocks, never_fits
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
+from loopcheck.sut.protocol import Capabilities, Observation
+from loopcheck.sut.view import FINISHED, PREEMPTED, WAITING
 
 if TYPE_CHECKING:
-    from sut.driver import Driver
+    from loopcheck.sut.driver import Driver
 
 
 class Progress(Check):

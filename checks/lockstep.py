@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from checks.base import Check, Violation
-from model.bounds import preemption_bound
-from model.config import Config
-from model.events import Event
-from model.invariants import step_violations
-from sut.model_sut import ModelSUT
-from sut.protocol import Capabilities, Observation
+from loopcheck.checks.base import Check, Violation
+from loopcheck.model.bounds import preemption_bound
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
+from loopcheck.model.invariants import step_violations
+from loopcheck.sut.model_sut import ModelSUT
+from loopcheck.sut.protocol import Capabilities, Observation
 
 if TYPE_CHECKING:
-    from sut.driver import Driver
+    from loopcheck.sut.driver import Driver
 
 
 def _semantics(caps: Capabilities) -> str | None:

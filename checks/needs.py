@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from model.config import Config
-from model.reference import ceil_div, never_fits, total_pages
-from model.workload import RequestSpec
-from sut.view import RequestView
+from loopcheck.model.config import Config
+from loopcheck.model.reference import ceil_div, never_fits, total_pages
+from loopcheck.model.workload import RequestSpec
+from loopcheck.sut.view import RequestView
 
 __all__ = ["admission_blocks", "covered_blocks", "held_at_most", "lifetime_blocks", "never_fits"]
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from checks.base import Check, Violation
-from checks.needs import covered_blocks, held_at_most
-from model.config import Config
-from model.events import Event
-from model.invariants import batch_tokens
-from sut.protocol import Capabilities, Observation
-from sut.view import RUNNING, RequestView, computed
+from loopcheck.checks.base import Check, Violation
+from loopcheck.checks.needs import covered_blocks, held_at_most
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
+from loopcheck.model.invariants import batch_tokens
+from loopcheck.sut.protocol import Capabilities, Observation
+from loopcheck.sut.view import RUNNING, RequestView, computed
 
 if TYPE_CHECKING:
-    from sut.driver import Driver
+    from loopcheck.sut.driver import Driver
 
 NO_TABLES = "the system reports no block tables (capabilities.block_tables)"   # why the table checks cannot run
 
@@ -25,17 +25,17 @@ class Caps(Check):
     step, as the events report them."""
 
     name = "caps"
-    props = ("caps",)
+    props = ("seq-cap", "token-cap")
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         cfg = driver.cfg
         running = driver.view.running()
         if running > cfg.max_num_seqs:
-            raise Violation("caps", f"{running} requests running > max_num_seqs {cfg.max_num_seqs}")
+            raise Violation("seq-cap", f"{running} requests running > max_num_seqs {cfg.max_num_seqs}")
         tokens = batch_tokens(events)
         if tokens > cfg.max_num_batched_tokens:
-            raise Violation("caps", f"batch of {tokens} tokens > max_num_batched_tokens "
-                                    f"{cfg.max_num_batched_tokens}")
+            raise Violation("token-cap", f"batch of {tokens} tokens > max_num_batched_tokens "
+                                         f"{cfg.max_num_batched_tokens}")
 
 
 class KvConservation(Check):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernels.kv_ops import gather_blocks, scatter_blocks
+from loopcheck.kernels.kv_ops import gather_blocks, scatter_blocks
 
 
 @dataclass(eq=False)

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import torch
 
-from engine.kv_cache import BlockPool, KVStore
-from engine.lm import LMShape, LoopedLM
-from engine.runner import ModelRunner
-from engine.scheduler import Scheduler
-from engine.sequence import FINISHED, PREEMPTED, RUNNING, Sequence
-from model.config import Config
-from model.errors import WorkloadError
-from model.events import Event, RequestOutput
-from model.simulate import Counters
-from model.workload import RequestSpec
+from loopcheck.engine.kv_cache import BlockPool, KVStore
+from loopcheck.engine.lm import LMShape, LoopedLM
+from loopcheck.engine.runner import ModelRunner
+from loopcheck.engine.scheduler import Scheduler
+from loopcheck.engine.sequence import FINISHED, PREEMPTED, RUNNING, Sequence
+from loopcheck.model.config import Config
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.events import Event, RequestOutput
+from loopcheck.model.simulate import Counters
+from loopcheck.model.workload import RequestSpec
 
 
 class LLMEngine:

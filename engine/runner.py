@@ -12,13 +12,13 @@ from typing import NamedTuple
 
 import torch
 
-from engine.kv_cache import KVStore
-from engine.lm import LoopedLM
-from engine.sequence import WorkItem
-from kernels.attention import paged_attention
-from kernels.kv_ops import write_kv
-from kernels.linear import ROWS
-from model.config import Config
+from loopcheck.engine.kv_cache import KVStore
+from loopcheck.engine.lm import LoopedLM
+from loopcheck.engine.sequence import WorkItem
+from loopcheck.kernels.attention import paged_attention
+from loopcheck.kernels.kv_ops import write_kv
+from loopcheck.kernels.linear import ROWS
+from loopcheck.model.config import Config
 
 
 class Sampled(NamedTuple):

@@ -11,11 +11,11 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.kv_cache import BlockPool, Page, prefix_key
-from engine.runner import Sampled
-from engine.sequence import FINISHED, PREEMPTED, RUNNING, WAITING, Sequence, WorkItem
-from model.config import Config
-from model.events import Event
+from loopcheck.engine.kv_cache import BlockPool, Page, prefix_key
+from loopcheck.engine.runner import Sampled
+from loopcheck.engine.sequence import FINISHED, PREEMPTED, RUNNING, WAITING, Sequence, WorkItem
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
 
 
 @dataclass

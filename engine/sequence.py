@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.kv_cache import Page, Snapshot
-from model.workload import RequestSpec
+from loopcheck.engine.kv_cache import Page, Snapshot
+from loopcheck.model.workload import RequestSpec
 
 WAITING, RUNNING, PREEMPTED, FINISHED = "waiting", "running", "preempted", "finished"
 

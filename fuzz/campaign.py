@@ -8,7 +8,7 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,27 +18,29 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.stateful import get_state_machine_test
 
-from checks.base import Violation
-from checks.suite import CheckSet
-from fuzz.directed import Director
-from fuzz.machine import (
+from loopcheck.checks.base import Violation
+from loopcheck.checks.suite import CheckSet
+from loopcheck.fuzz.directed import Director
+from loopcheck.fuzz.machine import (
     LAST_FAILURE,
     LOCKSTEP,
     Stats,
     counterexample_path,
     machine_class,
     record_failure,
+    recorded_violation,
     write_counterexample,
 )
-from fuzz.shrink import shrink
-from fuzz.strategies import DEFAULT_SHAPE, Shape, configs
-from model.config import Config, regression_config
-from model.errors import StopRequest, WorkloadError, exit_code
-from model.workload import Workload, load_workload, workload_from_json
-from sut.driver import run_workload
-from sut.loader import capabilities_of
-from sut.protocol import SutFactory
-from sut.torch_sut import TorchSUT
+from loopcheck.fuzz.seeds import derived_seed
+from loopcheck.fuzz.shrink import shrink
+from loopcheck.fuzz.strategies import DEFAULT_SHAPE, Shape, configs
+from loopcheck.model.config import Config, regression_config
+from loopcheck.model.errors import StopRequest, WorkloadError, exit_code
+from loopcheck.model.workload import Workload, load_workload, workload_from_json
+from loopcheck.sut.driver import run_workload
+from loopcheck.sut.loader import capabilities_of
+from loopcheck.sut.protocol import SutFactory
+from loopcheck.sut.torch_sut import TorchSUT
 
 DEFAULT_REPLAYS = 400   # shrinking's work bound when the budget governs it
 
@@ -49,17 +51,51 @@ BRANCHES = ("admit", "admit+prefix-hit", "resume", "resume+prefix-hit", "resume+
 
 
 @dataclass
+class Finding:
+    """One distinct bug a campaign found: the violation (after shrinking), its
+    counterexample file, the requests in it, when it was found (seconds into the
+    campaign), the checks it was found with (with keep-going, the earlier
+    findings' signatures ignored: its file replays to it with them), notes on
+    its shrinking, and the replays the shrink made (the same bound reproduces
+    its file)."""
+
+    violation: Violation
+    counterexample: Path
+    requests: int
+    time_to_failure: float | None
+    checks: CheckSet
+    notes: list[str] = field(default_factory=list)
+    shrink_replays: int = 0
+
+
+@dataclass
 class CampaignResult:
+    """A campaign's outcome: its findings in the order found (at most one
+    without keep-going), coverage, and the exit code of an interrupt that
+    stopped it."""
+
     seed: int
     seconds: float
     stats: Stats
-    violation: Violation | None = None
-    counterexample: Path | None = None
-    requests: int = 0
-    time_to_failure: float | None = None
-    notes: list[str] = field(default_factory=list)
-    interrupted: int | None = None     # the exit code of the interrupt that stopped it
-    shrink_replays: int = 0            # replays the shrink made (the same bound reproduces its file)
+    findings: list[Finding] = field(default_factory=list)
+    interrupted: int | None = None
+
+    @property
+    def violation(self) -> Violation | None:
+        """The first finding's violation."""
+        return self.findings[0].violation if self.findings else None
+
+    @property
+    def counterexample(self) -> Path | None:
+        return self.findings[0].counterexample if self.findings else None
+
+    @property
+    def requests(self) -> int:
+        return self.findings[0].requests if self.findings else 0
+
+    @property
+    def time_to_failure(self) -> float | None:
+        return self.findings[0].time_to_failure if self.findings else None
 
 
 def open_database(spec: str | None, out: Path) -> ExampleDatabase:
@@ -91,99 +127,129 @@ def progress_line(elapsed: float, stats: Stats) -> str:
             f"scheduler branches {len(covered)}/{len(BRANCHES)}")
 
 
+@dataclass
+class Hunt:
+    """What one campaign's search runs with: the system, its checks (growing with
+    keep-going), the output folder, the shared coverage, the clock's start, the
+    example database, and the violation found and not yet handled."""
+
+    factory: SutFactory
+    checks: CheckSet
+    out: Path
+    stats: Stats
+    start: float
+    database: ExampleDatabase
+    found: Violation | None = None
+
+
 def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path, mode: str = "regression",
                  db: str | None = None, factory: SutFactory = TorchSUT, checks: CheckSet = LOCKSTEP,
                  shape: Shape = DEFAULT_SHAPE, batch_examples: int = 20, max_replays: int | None = None,
-                 progress: Callable[[str], None] | None = None, fixed: dict[str, Any] | None = None
-                 ) -> CampaignResult:
+                 progress: Callable[[str], None] | None = None, fixed: dict[str, Any] | None = None,
+                 keep_going: bool = False, max_examples: int | None = None) -> CampaignResult:
     """Replay the directed failures the database kept, then run seeded batches
     (each followed by a directed round) until a property breaks or the budget is
-    spent; then shrink the failure and write it. The budget covers both:
-    shrinking stops at the budget or after DEFAULT_REPLAYS replays. With `max_replays`, shrinking makes
-    exactly that many replays at most, whatever the time (so a file is reproduced
-    byte for byte). `fixed` pins config fields beyond those the system pins.
-    `checks`: the checks of each run (violations of the properties they ignore
-    are counted, not reported)."""
+    spent; then shrink the failure and write it. With `keep_going`, each finding
+    is shrunk and written once and the search goes on with its signature (as
+    found and as shrunk) ignored, until the budget is spent: every distinct bug,
+    each in its own file. The budget covers all: shrinking stops at the budget
+    or after DEFAULT_REPLAYS replays. With `max_replays`, shrinking makes exactly
+    that many replays at most, whatever the time (so a file is reproduced byte
+    for byte). `max_examples` ends the search after that many examples too (a
+    work bound: with `max_replays`, a fresh output folder and no shared database,
+    the same seed gives the same campaign on any machine under any load).
+    `fixed` pins config fields beyond those the system pins.
+    `checks`: the checks of each run (violations they ignore are counted, not
+    reported)."""
     out.mkdir(parents=True, exist_ok=True)
+    (out / LAST_FAILURE).unlink(missing_ok=True)
     stats = Stats()
     caps = capabilities_of(factory)
     pinned = {**(fixed or {}), **caps.pinned}
     strategy, max_prompt, max_tokens = config_strategy(mode, policy, pinned)
-    machine = machine_class(strategy, factory, checks, out, stats, max_prompt, max_tokens, shape)
-    database = open_database(db, out)
     start = time.monotonic()
+    hunt = Hunt(factory, checks, out, stats, start, open_database(db, out))
     result = CampaignResult(seed_value, 0.0, stats)
-    stats.deadline = start + budget_seconds
+    stats.deadline, stats.max_examples = start + budget_seconds, max_examples
     if progress:   # a line within TICK seconds, then about every TICK seconds
         stats.ticker = lambda: progress(progress_line(time.monotonic() - start, stats))
         stats.next_tick = start + Stats.TICK
+    shape_run = shape if caps.abort else replace(shape, aborts="off")   # no aborts the system cannot do
+    director = Director(directed_configs(mode, policy, pinned), max_prompt, derived_seed(seed_value, "directed"),
+                        shape_run)
+    batches = iter(range(10**9))
     try:
         with StopRequest.deferred():   # a signal stops the run at the next driver action
-            shape_run = shape if caps.abort else replace(shape, aborts="off")   # no aborts the system cannot do
-            director = Director(directed_configs(mode, policy, pinned), max_prompt, seed_value, shape_run)
-            saved = [(workload_from_json(json.loads(v)), Counter()) for v in sorted(database.fetch(DIRECTED_KEY))]
-
-            def directed(runs: Iterable[tuple[Workload, Counter]]) -> None:
-                run_directed(runs, factory, checks, out, stats, start, result, database)
-
-            directed(saved)   # the directed failures of earlier campaigns first
-            if result.violation is None:
-                run_batches(machine, database, seed_value, budget_seconds, batch_examples, start, result,
-                            lambda: directed(director.next_round(stats.deadline)))
+            saved = [(workload_from_json(json.loads(v)), Counter()) for v in sorted(hunt.database.fetch(DIRECTED_KEY))]
+            run_directed(saved, hunt)   # the directed failures of earlier campaigns first
+            while True:
+                if hunt.found is None:
+                    machine = machine_class(strategy, factory, hunt.checks, out, stats, max_prompt, max_tokens, shape)
+                    run_batches(machine, hunt, seed_value, batches, batch_examples,
+                                lambda: run_directed(director.next_round(stats.deadline), hunt))
+                if hunt.found is None:
+                    break
+                finding = finalise(hunt, result.findings, max_replays or DEFAULT_REPLAYS,
+                                   None if max_replays is not None else start + budget_seconds, progress)
+                result.findings.append(finding)
+                if not keep_going or stats.spent():
+                    break
+                hunt.checks = hunt.checks.ignoring(hunt.found.signature, finding.violation.signature)
+                hunt.found, stats.failure_at = None, None
     except KeyboardInterrupt as exc:
         result.interrupted = exit_code(exc)
-    result.time_to_failure = stats.first_failure_at
-    recorded = out / LAST_FAILURE
-    if result.interrupted is not None and result.violation is None and recorded.exists():
-        found = json.loads(recorded.read_text())     # interrupted after a failure: report it, unshrunk
-        result.violation = Violation(found["property"], found["message"])
-        result.counterexample = counterexample_path(out, found["property"])
-    if result.violation is not None and result.interrupted is None:
-        try:
-            with StopRequest.deferred():
-                deadline = None if max_replays is not None else start + budget_seconds
-                finalise(result, out, factory, checks, max_replays or DEFAULT_REPLAYS, deadline, progress)
-        except KeyboardInterrupt as exc:   # the unshrunk file the machine wrote stays
-            result.interrupted = exit_code(exc)
-            result.counterexample = counterexample_path(out, result.violation.prop)
-            result.notes.append("shrinking was interrupted; the counterexample is not shrunk")
+        if hunt.found is not None and (out / LAST_FAILURE).exists():   # found, not yet written (finalise)
+            result.findings.append(kept_unshrunk(hunt, result.findings))
     result.seconds = time.monotonic() - start
     stats.ticker = None   # (the result may cross to another process: it keeps no hook)
     return result
 
 
-def run_batches(machine: type, database: ExampleDatabase, seed_value: int, budget_seconds: float,
-                batch_examples: int, start: float, result: CampaignResult,
+def kept_unshrunk(hunt: Hunt, earlier: list[Finding]) -> Finding:
+    """The finding being handled when an interrupt came, its file as found."""
+    assert hunt.found is not None
+    path = numbered_path(hunt.out, hunt.found.prop, earlier)
+    (hunt.out / LAST_FAILURE).replace(path)
+    found = load_workload(path)
+    return Finding(recorded_violation(found), path, len(found.requests), hunt.stats.failure_at, hunt.checks,
+                   ["interrupted: the counterexample is not shrunk"])
+
+
+def numbered_path(out: Path, prop: str, earlier: list[Finding]) -> Path:
+    """The file of a new finding of `prop`, after those `earlier`."""
+    return counterexample_path(out, prop, 1 + sum(f.violation.prop == prop for f in earlier))
+
+
+def run_batches(machine: type, hunt: Hunt, seed_value: int, batches: Iterator[int], batch_examples: int,
                 between: Callable[[], None] = lambda: None) -> None:
-    """Seeded batches of the machine, each followed by `between` (a directed
-    round), until a violation (kept in `result`) or the budget is spent."""
-    batch = 0
-    while time.monotonic() - start < budget_seconds:
+    """Seeded batches of the machine (numbered by `batches`, each with its own
+    derived seed), each followed by `between` (a directed round), until a
+    violation (kept in `hunt.found`) or the budget is spent."""
+    while not hunt.stats.spent():
         test = get_state_machine_test(machine, settings=settings(
-            max_examples=batch_examples, deadline=None, database=database, stateful_step_count=20,
+            max_examples=batch_examples, deadline=None, database=hunt.database, stateful_step_count=20,
             phases=[Phase.explicit, Phase.reuse, Phase.generate],
             suppress_health_check=list(HealthCheck),
             print_blob=False))
-        seeded = seed(seed_value + batch)(test)
+        seeded = seed(derived_seed(seed_value, "batch", next(batches)))(test)
         # hypothesis.seed() switches the example database off; a campaign wants both
         # a reproducible seed and the database (reuse saved failures, save new ones).
         seeded._hypothesis_internal_use_settings = settings(seeded._hypothesis_internal_use_settings,
-                                                            database=database)
+                                                            database=hunt.database)
         try:
             seeded()
             StopRequest.check()
         except Violation as v:
-            result.violation = v
+            hunt.found = v
         except Exception as exc:  # noqa: BLE001 - Hypothesis may wrap or group failures
             found = [e for e in getattr(exc, "exceptions", [exc]) if isinstance(e, Violation)]
             if not found:
                 raise
-            result.violation = found[0]
-        batch += 1
-        if result.violation is not None:
+            hunt.found = found[0]
+        if hunt.found is not None:
             return
         between()
-        if result.violation is not None:
+        if hunt.found is not None:
             return
 
 
@@ -203,56 +269,59 @@ def directed_configs(mode: str, policy: str, pinned: dict[str, Any]) -> list[st.
 DIRECTED_KEY = b"loopcheck:directed-failures"   # failing directed workloads in the example database
 
 
-def run_directed(runs: Iterable[tuple[Workload, Counter]], factory: SutFactory, checks: CheckSet, out: Path,
-                 stats: Stats, start: float, result: CampaignResult, database: ExampleDatabase) -> None:
+def run_directed(runs: Iterable[tuple[Workload, Counter]], hunt: Hunt) -> None:
     """Run window-directed workloads, each with the windows it opens (a round's,
     or the failing ones the database kept), on the system, within the budget
-    (stats.deadline), but those whose config the system refuses. Keep the first
-    violation in `result`, recorded like the machine's, and save its workload in
-    the database."""
+    (`Stats.spent`), but those whose config the system refuses. Keep the first
+    violation in `hunt.found`, recorded like the machine's, and save its
+    workload in the database."""
+    stats = hunt.stats
     for w, windows in runs:
         StopRequest.check()
-        if stats.deadline is not None and time.monotonic() >= stats.deadline:
+        if stats.spent():
             return
         stats.new_example()
         try:
-            run = run_workload(w, factory, checks.build(), on_step=stats.note_step)
+            run = run_workload(w, hunt.factory, hunt.checks.build(), on_step=stats.note_step)
         except WorkloadError:
             continue   # the system refuses this config, as it may refuse the machine's draws: the next workload
         stats.examples += 1
         stats.windows.update(windows.keys())
         stats.note_run(run.driver)
         if run.violation is not None:
-            record_failure(out, w, run.violation, run.driver.trace, f"loopcheck fuzz {checks}", stats,
-                           start)
-            database.save(DIRECTED_KEY, json.dumps(w.to_json(), sort_keys=True).encode())
-            result.violation = run.violation
+            record_failure(hunt.out, w, run.violation, run.driver.trace, f"loopcheck fuzz {hunt.checks}", stats,
+                           hunt.start)
+            hunt.database.save(DIRECTED_KEY, json.dumps(w.to_json(), sort_keys=True).encode())
+            hunt.found = run.violation
             return
 
 
-def finalise(result: CampaignResult, out: Path, factory: SutFactory, checks: CheckSet, max_replays: int,
-             deadline: float | None, progress: Callable[[str], None] | None) -> None:
-    """Shrink the recorded failure and rewrite it with a fresh trace."""
-    assert result.violation is not None
-    recorded = load_workload(counterexample_path(out, result.violation.prop))
+def finalise(hunt: Hunt, earlier: list[Finding], max_replays: int, deadline: float | None,
+             progress: Callable[[str], None] | None) -> Finding:
+    """Shrink the recorded failure (keeping its signature) and write it, with a
+    fresh trace, to its own file."""
+    assert hunt.found is not None
+    recorded = load_workload(hunt.out / LAST_FAILURE)
     if progress:
-        progress(f"shrinking a {result.violation.prop} counterexample of {len(recorded.requests)} requests ...")
+        progress(f"shrinking a {hunt.found.prop} counterexample of {len(recorded.requests)} requests ...")
+    notes: list[str] = []
+    replays = 0
     try:
-        shrunk = shrink(recorded, result.violation.prop, factory, checks.build, max_replays,
-                        deadline, progress)
-        small, run = shrunk.workload, shrunk.run
-        assert run.violation is not None
-        result.violation = run.violation
-        result.shrink_replays = shrunk.replays
+        shrunk = shrink(recorded, hunt.found.signature, hunt.factory, hunt.checks.build, max_replays, deadline,
+                        progress)
+        small, run, replays = shrunk.workload, shrunk.run, shrunk.replays
         if shrunk.cut:
-            result.notes.append(f"shrinking stopped at the budget after {shrunk.replays} replays "
-                                f"({len(small.requests)} requests)")
+            notes.append(f"shrinking stopped at the budget after {shrunk.replays} replays "
+                         f"({len(small.requests)} requests)")
     except ValueError:
-        result.notes.append("the recorded workload does not reproduce on replay; kept unshrunk")
-        small, run = recorded, run_workload(recorded, factory, checks.build())
-    result.counterexample = write_counterexample(out, small, result.violation, run.driver.trace,
-                                                 f"loopcheck fuzz {checks}")
-    result.requests = len(small.requests)
+        notes.append("the recorded workload does not reproduce on replay; kept unshrunk")
+        small, run = recorded, run_workload(recorded, hunt.factory, hunt.checks.build())
+    violation = run.violation if run.violation is not None else recorded_violation(recorded)
+    path = write_counterexample(numbered_path(hunt.out, violation.prop, earlier), small, violation,
+                                run.driver.trace if run.violation is not None else [],
+                                f"loopcheck fuzz {hunt.checks}")
+    (hunt.out / LAST_FAILURE).unlink(missing_ok=True)
+    return Finding(violation, path, len(small.requests), hunt.stats.failure_at, hunt.checks, notes, replays)
 
 
 def main_progress(line: str) -> None:

@@ -22,14 +22,14 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from checks.needs import lifetime_blocks
-from fuzz.shrink import with_request
-from fuzz.strategies import DEFAULT_SHAPE, OFF, ON, VOCAB, Shape, workloads
-from model.config import Config
-from model.reference import never_fits
-from model.simulate import model_steps
-from model.state import PREEMPTED, RUNNING, WAITING, SchedState
-from model.workload import RequestSpec, Workload
+from loopcheck.checks.needs import lifetime_blocks
+from loopcheck.fuzz.shrink import with_request
+from loopcheck.fuzz.strategies import DEFAULT_SHAPE, OFF, ON, VOCAB, Shape, workloads
+from loopcheck.model.config import Config
+from loopcheck.model.reference import never_fits
+from loopcheck.model.simulate import model_steps
+from loopcheck.model.state import PREEMPTED, RUNNING, WAITING, SchedState
+from loopcheck.model.workload import RequestSpec, Workload
 
 WINDOWS = ("preempt+futile", "guard+recorded", "guard+held", "guard+cleared", "guard+after-clear", "bypass+limit",
            "bypass+again", "abort+preempted", "preempt+shared-pages", "victim+skipped", "resume+restore",

@@ -9,7 +9,6 @@ teardown do nothing, so a teardown failure can never replace it.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -20,17 +19,17 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, precondition, rule
 
-from checks.base import Violation
-from checks.suite import CheckSet, ignored
-from fuzz.strategies import DEFAULT_SHAPE, VOCAB, Shape, request_bodies
-from model.config import Config
-from model.errors import StopRequest, WorkloadError
-from model.events import Event
-from model.workload import RequestSpec, Workload, save_workload
-from sut.driver import Driver
-from sut.loader import capabilities_of
-from sut.protocol import Observation, SutFactory
-from sut.torch_sut import TorchSUT
+from loopcheck.checks.base import Violation, ignored, matches
+from loopcheck.checks.suite import CheckSet
+from loopcheck.fuzz.strategies import DEFAULT_SHAPE, VOCAB, Shape, request_bodies
+from loopcheck.model.config import Config
+from loopcheck.model.errors import StopRequest, WorkloadError
+from loopcheck.model.events import Event
+from loopcheck.model.workload import RequestSpec, Workload, save_workload
+from loopcheck.sut.driver import Driver, RunEnded
+from loopcheck.sut.loader import capabilities_of
+from loopcheck.sut.protocol import Observation, SutFactory
+from loopcheck.sut.torch_sut import TorchSUT
 
 LOCKSTEP = CheckSet("lockstep")
 
@@ -45,15 +44,23 @@ class Stats:
     branches: Counter = field(default_factory=Counter)
     windows: Counter = field(default_factory=Counter)   # rare windows opened by the directed workloads run
     not_run: Counter = field(default_factory=Counter)   # (check, why it did not run) -> runs it did not run in
-    ignored: Counter = field(default_factory=Counter)   # ignored property -> runs that broke it
-    first_failure_at: float | None = None
+    ignored: Counter = field(default_factory=Counter)   # ignored finding's signature -> runs that broke it
+    after_ignored: Counter = field(default_factory=Counter)   # signature -> runs it broke after an ignored finding
+    failure_at: float | None = None   # seconds into the campaign of the failure being handled (None: none)
     ticker: Callable[[], None] | None = None   # called about every TICK seconds of stepping
     next_tick: float = 0.0
     deadline: float | None = None   # time.monotonic() after which no new action starts (until a failure)
+    max_examples: int | None = None   # examples after which no new one starts (a work bound)
     preempted: set[str] = field(default_factory=set)         # requests preempted and not back yet
     ever_preempted: set[str] = field(default_factory=set)
 
     TICK = 2.0
+
+    def spent(self) -> bool:
+        """Past the deadline, or the examples bound reached."""
+        return ((self.deadline is not None and time.monotonic() >= self.deadline)
+                or (self.max_examples is not None and self.examples >= self.max_examples))
+
     def new_example(self) -> None:
         self.preempted, self.ever_preempted = set(), set()
 
@@ -78,10 +85,15 @@ class Stats:
         return out
 
     def note_run(self, driver: Driver) -> None:
-        """A run's checks that did not run, with why (`Driver.skipped`), and the
-        ignored properties it broke."""
+        """A run's checks that did not run, with why (`Driver.skipped`), the
+        signatures of the ignored findings it met (by its checks, or the crash,
+        hang or liveness finding that ended it), and of the finding after one."""
         self.not_run.update(driver.skipped.items())
-        self.ignored.update({v.prop for _, v in ignored(driver.checks)})
+        ended = driver.ended_by
+        direct = ended is not None and matches(ended, driver.ignore) and not ignored(driver.checks)
+        self.ignored.update({v.signature for _, v in ignored(driver.checks)} | ({ended.signature} if direct else set()))
+        if ended is not None and not direct:
+            self.after_ignored[ended.signature] += 1
 
     def note_step(self, events: list[Event], obs: Observation) -> None:
         """Scheduler branches, as far as events show them; and the ticker, when due."""
@@ -104,36 +116,42 @@ class Stats:
             self.branches[name] += 1
 
 
-LAST_FAILURE = "last-failure.json"   # the first failure's property and message, as soon as it is found
+LAST_FAILURE = "last-failure.json"   # the failure being handled, unshrunk, as soon as it is found
 
 
-def counterexample_path(out: Path, prop: str) -> Path:
-    return out / f"counterexample-{prop}.json"
+def counterexample_path(out: Path, prop: str, number: int = 1) -> Path:
+    """Where a campaign's `number`th distinct finding of `prop` is written."""
+    return out / f"counterexample-{prop}{'' if number == 1 else f'-{number}'}.json"
 
 
-def write_counterexample(out: Path, workload: Workload, violation: Violation,
+def write_counterexample(path: Path, workload: Workload, violation: Violation,
                          trace: list[list[Event]], source: str) -> Path:
-    """A replayable counterexample file: the workload, the property, its message and
-    step, the trace, and for a livelock the cycle."""
-    extra = {"property": violation.prop, "message": violation.message, "step": violation.step, "source": source,
-             "trace": [[e.to_json() for e in evs] for evs in trace]}
+    """A replayable counterexample file at `path`: the workload, the property, its
+    signature, message and step, the trace, and for a livelock the cycle."""
+    extra = {"property": violation.prop, "signature": violation.signature, "message": violation.message,
+             "step": violation.step, "source": source, "trace": [[e.to_json() for e in evs] for evs in trace]}
     if violation.cycle:
         extra["cycle"] = violation.cycle
-    out.mkdir(parents=True, exist_ok=True)
-    path = counterexample_path(out, violation.prop)
+    path.parent.mkdir(parents=True, exist_ok=True)
     save_workload(Workload(workload.config, workload.requests, extra), path)
     return path
 
 
+def recorded_violation(found: Workload) -> Violation:
+    """The violation a counterexample file records."""
+    extra = found.extra
+    return Violation(extra["property"], extra["message"], extra.get("cycle"), extra.get("step"),
+                     where=extra["signature"].partition("@")[2])
+
+
 def record_failure(out: Path | None, workload: Workload, violation: Violation, trace: list[list[Event]],
                    source: str, stats: Stats, clock_start: float) -> None:
-    """Note a failure the moment it is found: its time in `stats` (the first one's),
-    its counterexample file and the last-failure record in `out`."""
-    if stats.first_failure_at is None:
-        stats.first_failure_at = time.monotonic() - clock_start
+    """Note a failure the moment it is found: its time in `stats` and, in `out`,
+    its counterexample file as found (LAST_FAILURE)."""
+    if stats.failure_at is None:
+        stats.failure_at = time.monotonic() - clock_start
     if out is not None:
-        write_counterexample(out, workload, violation, trace, source)
-        (out / LAST_FAILURE).write_text(json.dumps({"property": violation.prop, "message": violation.message}) + "\n")
+        write_counterexample(out / LAST_FAILURE, workload, violation, trace, source)
 
 
 class LoopcheckMachine(RuleBasedStateMachine):
@@ -168,11 +186,14 @@ class LoopcheckMachine(RuleBasedStateMachine):
 
     def guarded(self, action, *args) -> None:
         """Run a driver action; on the first violation write the counterexample (the
-        final, shrunk failure overwrites earlier ones) and fail the test case. A stop
-        request (Ctrl-C, SIGTERM) that Hypothesis swallowed is raised again here."""
+        final, shrunk failure overwrites earlier ones) and fail the test case; a run
+        that an ignored finding ended does nothing more. A stop request (Ctrl-C,
+        SIGTERM) that Hypothesis swallowed is raised again here."""
         StopRequest.check()
         try:
             action(*args)
+        except RunEnded:
+            self.spent = True
         except Violation as v:
             cls = type(self)
             record_failure(cls.out_dir, self.driver.workload(), v, self.driver.trace, cls.source, cls.stats,
@@ -184,7 +205,7 @@ class LoopcheckMachine(RuleBasedStateMachine):
         still draws its data, the same way, but runs nothing (ending an example
         early would make Hypothesis see the same choices draw differently)."""
         stats = type(self).stats
-        if stats.deadline is not None and stats.first_failure_at is None and time.monotonic() >= stats.deadline:
+        if stats.failure_at is None and stats.spent():
             self.spent = True
         return self.spent
 

@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
-from checks.base import Violation
-from checks.suite import CheckSet, default_mode
-from fuzz.machine import Stats, counterexample_path, machine_class
-from fuzz.strategies import configs
-from model.config import Config
-from sut.loader import capabilities_of
-from sut.protocol import SutFactory
+from loopcheck.checks.base import Violation
+from loopcheck.checks.suite import CheckSet, default_mode
+from loopcheck.fuzz.machine import LAST_FAILURE, Stats, counterexample_path, machine_class
+from loopcheck.fuzz.strategies import configs
+from loopcheck.model.config import Config
+from loopcheck.sut.loader import capabilities_of
+from loopcheck.sut.protocol import SutFactory
 
 
 def factory_name(factory: SutFactory) -> str:
@@ -65,6 +65,7 @@ def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] 
             database=None, suppress_health_check=list(HealthCheck), phases=phases, report_multiple_bugs=False))
     except Violation as v:
         path = counterexample_path(out, v.prop)
+        (out / LAST_FAILURE).replace(path)   # the last failing example Hypothesis ran: its shrunk one
         print(f"\nloopcheck: {v}\n  counterexample: {path}\n"
               f"  replay: loopcheck replay {path} --adapter {factory_name(factory)} {checks}")
         raise

@@ -1,6 +1,6 @@
 """Shrinking a failing recorded workload directly: drop requests, then drop
 aborts, shorten prompts and max_tokens, and move arrivals earlier, keeping each
-change only if replaying still breaks the same property. Bounded by work (a
+change only if replaying still breaks the same rule (the violation's signature). Bounded by work (a
 number of replays): the result after n replays is the same on any machine under
 any load. A deadline, where given, may stop it earlier; the result says after how
 many replays, so that the same bound reproduces it."""
@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from checks.base import Check
-from model.errors import StopRequest
-from model.workload import RequestSpec, Workload
-from sut.driver import Run, run_workload
-from sut.protocol import SutFactory
+from loopcheck.checks.base import Check
+from loopcheck.model.errors import StopRequest
+from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.sut.driver import Run, run_workload
+from loopcheck.sut.protocol import SutFactory
 
 
 def with_request(w: Workload, i: int, r: RequestSpec | None) -> Workload:
@@ -71,16 +71,22 @@ class Shrunk:
     cut: bool
 
 
-def shrink(w: Workload, prop: str, factory: SutFactory, checks: Callable[[], list[Check]],
+def shrink(w: Workload, signature: str, factory: SutFactory, checks: Callable[[], list[Check]],
            max_replays: int = 400, deadline: float | None = None,
            progress: Callable[[str], None] | None = None, tick: float = 2.0) -> Shrunk:
     """The smallest workload found within `max_replays` replays (and before the
-    `deadline`, a time.monotonic() value, if any) that still violates `prop`;
-    ValueError if `w` itself does not. `progress` gets a line about every `tick`
+    `deadline`, a time.monotonic() value, if any) that still breaks the same
+    rule: a violation of `signature` (`Violation.signature`, PROP@WHERE), or of
+    its property alone when `signature` names only a property; ValueError if
+    `w` itself does not. `progress` gets a line about every `tick`
     seconds."""
+    def same(run: Run) -> bool:
+        v = run.violation
+        return v is not None and signature in (v.signature, v.prop)
+
     best = run_workload(w, factory, checks())
-    if best.violation is None or best.violation.prop != prop:
-        raise ValueError(f"the workload does not reproduce {prop!r}")
+    if not same(best):
+        raise ValueError(f"the workload does not reproduce {signature!r}")
     replays = 0
     improved = True
     next_tick = time.monotonic() + tick
@@ -99,7 +105,7 @@ def shrink(w: Workload, prop: str, factory: SutFactory, checks: Callable[[], lis
             replays += 1
             StopRequest.check()
             run = run_workload(cand, factory, checks())
-            if run.violation is not None and run.violation.prop == prop:
+            if same(run):
                 w, best, improved = cand, run, True
                 break
     return Shrunk(w, best, replays, cut=False)

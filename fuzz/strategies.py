@@ -11,9 +11,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from model.config import Config
-from model.errors import WorkloadError
-from model.workload import RequestSpec, Workload
+from loopcheck.model.config import Config
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.workload import RequestSpec, Workload
 
 VOCAB = 64
 ON, OFF = "on", "off"

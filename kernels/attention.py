@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.linear import ROWS, pad_rows
+from loopcheck.kernels.linear import ROWS, pad_rows
 
 
 def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,

@@ -13,9 +13,9 @@ import sys
 from collections.abc import Callable, Sequence
 
 from loopcheck.inputs import check_places
+from loopcheck.model.errors import StopRequest, Terminated, WorkloadError, exit_code
 from loopcheck.report import LAST_REPRODUCE
-from model.errors import StopRequest, Terminated, WorkloadError, exit_code
-from sut.protocol import ProtocolError
+from loopcheck.sut.protocol import ProtocolError
 
 Command = Callable[[argparse.Namespace], int]
 EXIT_CODES = ("exit codes: 0 the check passed; 1 it found a problem (a counterexample, a liveness failure, a "

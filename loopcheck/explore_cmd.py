@@ -12,13 +12,13 @@ from typing import Any
 
 import networkx as nx
 
+from loopcheck.explorer.explore import peak_memory_mb
+from loopcheck.explorer.lasso_export import lasso_graph, lasso_workload, write_dot
+from loopcheck.explorer.survey import Survey, survey
+from loopcheck.model.bounds import preemption_bound
+from loopcheck.model.workload import Workload, save_workload
 from loopcheck.report import banner, table
 from loopcheck.simulate_cmd import prepare
-from model.bounds import preemption_bound
-from model.explore import peak_memory_mb
-from model.lasso_export import lasso_graph, lasso_workload, write_dot
-from model.survey import Survey, survey
-from model.workload import Workload, save_workload
 
 
 def register(p: argparse.ArgumentParser) -> None:

@@ -11,12 +11,13 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from fuzz.campaign import BRANCHES, CampaignResult, main_progress, run_campaign
-from fuzz.directed import WINDOWS
-from fuzz.strategies import Shape
+from loopcheck.fuzz.campaign import BRANCHES, CampaignResult, Finding, main_progress, run_campaign
+from loopcheck.fuzz.directed import WINDOWS
+from loopcheck.fuzz.seeds import derived_seed
+from loopcheck.fuzz.strategies import Shape
 from loopcheck.options import add_adapter, add_check_mode, check_set_of
 from loopcheck.report import banner, checks_not_run, command_line, not_run_line, reproduce_line
-from sut.loader import capabilities_of, load_factory
+from loopcheck.sut.loader import capabilities_of, load_factory
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -30,6 +31,9 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="shrink with exactly this work bound (replays), whatever the time; default: until the "
                         "budget is spent or 400 replays. A counterexample's reproduce line gives the value that "
                         "reproduces its file byte for byte")
+    p.add_argument("--max-examples", type=int, metavar="N",
+                   help="also stop after N examples per worker (a work bound: with --shrink-replays and a fresh "
+                        "--out, the same seed gives the same campaign whatever the machine's load)")
     p.add_argument("--seed", type=int, help="default: a fresh random seed (printed)")
     p.add_argument("--out", default="loopcheck-fuzz", help="example database and counterexamples")
     p.add_argument("--workers", type=int, default=1, help="parallel campaigns with seeds derived from --seed")
@@ -39,17 +43,21 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", default="", metavar="NAME=on|off|INT,...",
                    help=f"workload features: {', '.join(Shape.__dataclass_fields__)} (default all on)")
     p.add_argument("--db", help="example database: a folder (default OUT/db) or redis://host:port/n")
+    p.add_argument("--keep-going", action="store_true",
+                   help="report every distinct bug: shrink and write each finding once, then go on with its "
+                        "signature ignored until the budget is spent")
     p.add_argument("--json", action="store_true", help="print one JSON summary")
 
 
 def _worker(job: tuple) -> CampaignResult:
-    adapter, checks, policy, budget, seed_value, out, mode, db, shape, replays, label = job
+    adapter, checks, policy, budget, seed_value, out, mode, db, shape, replays, keep_going, max_examples, label = job
 
     def progress(line: str) -> None:
         main_progress(f"{label}{line}")
 
     return run_campaign(policy, budget, seed_value, Path(out), mode, db, load_factory(adapter), checks,
-                        Shape.parse(shape), max_replays=replays, progress=progress if label is not None else None)
+                        Shape.parse(shape), max_replays=replays, progress=progress if label is not None else None,
+                        keep_going=keep_going, max_examples=max_examples)
 
 
 def with_replays(argv: list[str], replays: int) -> list[str]:
@@ -66,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         print("loopcheck fuzz: error: --budget-seconds must be a finite number > 0 and --workers >= 1",
               file=sys.stderr)
         return 2
+    if args.max_examples is not None and args.max_examples < 1:
+        print(f"loopcheck fuzz: error: --max-examples must be >= 1, got {args.max_examples}", file=sys.stderr)
+        return 2
     if args.shrink_replays is not None and not 0 <= args.shrink_replays <= 100_000:
         print(f"loopcheck fuzz: error: --shrink-replays must be in [0, 100000], got {args.shrink_replays}",
               file=sys.stderr)
@@ -80,12 +91,15 @@ def run(args: argparse.Namespace) -> int:
             f"{args.budget_seconds:g}", "--seed", str(seed_value), "--out", args.out, "--configs", configs,
             "--workers", str(args.workers), "--shape", str(shape)]
     argv += ["--db", args.db] if args.db else []
+    argv += ["--keep-going"] if args.keep_going else []
+    argv += ["--max-examples", str(args.max_examples)] if args.max_examples is not None else []
     argv += ["--json"] if args.json else []
     argv += ["--shrink-replays", str(args.shrink_replays)] if args.shrink_replays is not None else []
     banner(seed_value, argv, sys.stderr)
-    jobs = [(args.adapter, checks, args.policy, args.budget_seconds, seed_value + 100_003 * w,
+    jobs = [(args.adapter, checks, args.policy, args.budget_seconds, derived_seed(seed_value, "worker", w),
              str(Path(args.out) / f"w{w}"), configs, args.db or str(Path(args.out) / "db"), str(shape),
-             args.shrink_replays, None if args.json else (f"w{w} " if args.workers > 1 else ""))
+             args.shrink_replays, args.keep_going, args.max_examples,
+             None if args.json else (f"w{w} " if args.workers > 1 else ""))
             for w in range(args.workers)]
     if args.workers == 1:
         results = [_worker(jobs[0])]
@@ -98,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
                 for process in list(getattr(pool, "_processes", {}).values()):
                     process.terminate()
                 raise
-    failed = [r for r in results if r.violation is not None]
+    findings = distinct_findings(results)
     summary = {
         "adapter": args.adapter, "check": check, "policy": args.policy, "seed": seed_value,
         "workers": args.workers, "examples": sum(r.stats.examples for r in results),
@@ -106,13 +120,16 @@ def run(args: argparse.Namespace) -> int:
         "branches_covered": sorted({b for r in results for b in BRANCHES if r.stats.branches[b]}),
         "windows": {name: sum(r.stats.windows[name] for r in results) for name in WINDOWS},
         "checks_not_run": checks_not_run(sum((r.stats.not_run for r in results), Counter())),
-        "ignored": [{"property": prop, "runs": sum(r.stats.ignored[prop] for r in results)}
-                    for prop in sorted(checks.ignore)],
-        "counterexamples": [{"property": r.violation.prop, "message": r.violation.message,
-                             "file": str(r.counterexample), "requests": r.requests,
-                             "time_to_failure": r.time_to_failure, "notes": r.notes,
-                             "shrink_replays": r.shrink_replays,
-                             "reproduce": command_line(with_replays(argv, r.shrink_replays))} for r in failed],
+        "ignored": [{"signature": signature, "runs": runs}
+                    for signature, runs in sorted(sum((r.stats.ignored for r in results), Counter()).items())],
+        "after_ignored": [{"signature": signature, "runs": runs} for signature, runs in
+                          sorted(sum((r.stats.after_ignored for r in results), Counter()).items())],
+        "counterexamples": [{"property": f.violation.prop, "signature": f.violation.signature,
+                             "message": f.violation.message, "file": str(f.counterexample), "requests": f.requests,
+                             "time_to_failure": f.time_to_failure, "notes": f.notes,
+                             "shrink_replays": f.shrink_replays,
+                             "replay": f"loopcheck replay {f.counterexample} --adapter {args.adapter} {f.checks}",
+                             "reproduce": command_line(with_replays(argv, f.shrink_replays))} for f in findings],
         "interrupted": any(r.interrupted is not None for r in results),
     }
     if args.json:
@@ -125,21 +142,38 @@ def run(args: argparse.Namespace) -> int:
         if summary["checks_not_run"]:
             print(not_run_line(summary["checks_not_run"], summary["examples"]))
         if summary["ignored"]:
-            print("ignored (--ignore): " + "; ".join(f"{c['property']} broken in {c['runs']} of "
-                                                     f"{summary['examples']} runs" for c in summary["ignored"])
-                  + " (the check that found it is off for the rest of such a run)")
+            print("ignored: " + "; ".join(f"{c['signature']} in {c['runs']} of {summary['examples']} runs"
+                                          for c in summary["ignored"])
+                  + " (the rest of such a run is not judged)")
+        if summary["after_ignored"]:
+            print("not reported, as they came after an ignored finding in the same run: " + "; ".join(
+                f"{c['signature']} in {c['runs']} runs" for c in summary["after_ignored"]))
+        if args.keep_going:
+            print(f"{len(findings)} distinct bug{'s' if len(findings) != 1 else ''} found")
         for c in summary["counterexamples"]:
             found = f"found after {c['time_to_failure']:.1f}s" if c["time_to_failure"] is not None else "found"
             shrunk = f"shrunk to {c['requests']} requests" if not c["notes"] else "; ".join(c["notes"])
-            print(f"COUNTEREXAMPLE {c['property']}: {c['message']}\n  {found}, {shrunk}: {c['file']}\n"
-                  f"  replay: loopcheck replay {c['file']} --adapter {args.adapter} {checks}\n"
+            print(f"COUNTEREXAMPLE {c['signature']}: {c['message']}\n  {found}, {shrunk}: {c['file']}\n"
+                  f"  replay: {c['replay']}\n"
                   f"  this file again, byte for byte: {c['reproduce']}")
     interrupted = [r.interrupted for r in results if r.interrupted is not None]
-    if not failed and not args.json:
+    if not findings and not args.json:
         spent = (f"in the {max(r.seconds for r in results):.1f}s before the interrupt" if interrupted
-                 else f"in {args.budget_seconds:g}s")
+                 else f"in {max(r.seconds for r in results):.1f}s ({summary['examples']} examples)")
         print(f"no counterexample {spent} ({args.adapter}, {check} checks, policy {args.policy})")
     if interrupted:
         print(f"INTERRUPTED: the summary covers the run until then; {reproduce_line(argv)}", file=sys.stderr)
         return interrupted[0]
-    return 1 if failed else 0
+    return 1 if findings else 0
+
+
+def distinct_findings(results: list[CampaignResult]) -> list[Finding]:
+    """The findings of every worker, the first of each signature (workers
+    search independently and may meet the same bug), in worker order."""
+    seen: set[str] = set()
+    out = []
+    for f in (f for r in results for f in r.findings):
+        if f.violation.signature not in seen:
+            seen.add(f.violation.signature)
+            out.append(f)
+    return out

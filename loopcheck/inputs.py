@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from model.errors import WorkloadError
+from loopcheck.model.errors import WorkloadError
 
 
 def writable_dir(flag: str, path: str) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from checks.suite import MODES, CheckSet, default_mode
-from sut.loader import SHIPPED, load_factory
-from sut.protocol import SutFactory
+from loopcheck.checks.suite import MODES, CheckSet, default_mode
+from loopcheck.sut.loader import SHIPPED, load_factory
+from loopcheck.sut.protocol import SutFactory
 
 
 def add_adapter(p: argparse.ArgumentParser, default: str) -> None:
@@ -20,9 +20,11 @@ def add_check_mode(p: argparse.ArgumentParser) -> None:
                    help="property: checks that need no reference model (any system); lockstep: also "
                         "conformance with the reference model (systems with loopcheck's semantics); "
                         "default: lockstep for those, else property")
-    p.add_argument("--ignore", default="", metavar="PROPERTY,...",
-                   help="report no violation of these properties (counted instead), to look past a known bug "
-                        "(the names of counterexample files: see docs/checking.md)")
+    p.add_argument("--ignore", default="", metavar="PROPERTY|SIGNATURE,...",
+                   help="report no violation of these properties (the names of counterexample files: see "
+                        "docs/checking.md), or of these signatures (PROPERTY@FILE:LINE, as a summary prints them: "
+                        "one rule of a property, or a crash or hang at one line of the system); counted instead, "
+                        "to look past a known bug")
 
 
 def factory_of(args: argparse.Namespace) -> SutFactory:

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+from loopcheck.model.config import Config
+from loopcheck.model.workload import load_workload, save_workload
+from loopcheck.proofs.obligations import run_all
+from loopcheck.proofs.result import DISAGREES, ProofResult
 from loopcheck.report import banner, table
-from model.config import Config
-from model.workload import load_workload, save_workload
-from proofs.obligations import run_all
-from proofs.result import DISAGREES, ProofResult
 
 DEFAULT_CONFIG = Path(__file__).parent.parent / "examples" / "livelock.json"
 

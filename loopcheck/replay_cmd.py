@@ -9,17 +9,17 @@ import json
 import sys
 from dataclasses import dataclass, field
 
-from checks.base import Violation
-from checks.suite import CheckSet, ignored
+from loopcheck.checks.base import Violation, ignored
+from loopcheck.checks.suite import CheckSet
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.events import Event
+from loopcheck.model.workload import Workload
 from loopcheck.options import add_adapter, add_check_mode, check_set_of, factory_of
 from loopcheck.report import banner
 from loopcheck.simulate_cmd import prepare
-from model.errors import WorkloadError
-from model.events import Event
-from model.workload import Workload
-from sut.driver import run_workload
-from sut.loader import capabilities_of
-from sut.protocol import Observation
+from loopcheck.sut.driver import run_workload
+from loopcheck.sut.loader import capabilities_of
+from loopcheck.sut.protocol import Observation
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -45,6 +45,7 @@ class Replay:
     drained: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
     ignored: list[tuple[str, Violation]] = field(default_factory=list)   # (check, ignored violation): `Ignoring`
+    ended_by: Violation | None = None   # an ignored crash, hang or liveness finding that ended the run
 
     def record(self, events: list[Event], obs: Observation) -> None:
         done = sum(e.kind == "finish" for e in events) + (self.finished[-1] if self.finished else 0)
@@ -60,6 +61,7 @@ def replay(workload: Workload, args: argparse.Namespace, checks: CheckSet) -> Re
     run = run_workload(workload, factory_of(args), checks.build(), args.max_steps, rep.record)
     rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped
     rep.ignored = ignored(run.driver.checks)
+    rep.ended_by = run.driver.ended_by
     return rep
 
 
@@ -85,7 +87,9 @@ def render(workload: Workload, rep: Replay) -> str:
         held = f"held {rep.held[t]} ({delta:+d})" if delta else f"held {rep.held[t]}"
         lines.append(f"step {t:4d}  {held:14s} {' '.join(map(str, events))}")
     v = rep.violation
-    verdict = (f"REPRODUCED {v.prop} at step {v.step}: {v.message}" if v else
+    verdict = (f"REPRODUCED {v.prop} at step {v.step}: {v.message}\n  signature {v.signature}" if v else
+               f"ended by an ignored finding (--ignore): {rep.ended_by.signature} at step {rep.ended_by.step}: "
+               f"{rep.ended_by.message}" if rep.ended_by else
                "drained: no check failed" if rep.drained else f"not drained after {len(rep.events)} steps")
     lines.append(f"{verdict}\nfinished {rep.finished[-1] if rep.finished else 0}/{len(workload.requests)}, "
                  f"preemptions {rep.preemptions[-1] if rep.preemptions else 0}, "
@@ -93,7 +97,8 @@ def render(workload: Workload, rep: Replay) -> str:
     if rep.skipped:
         lines.append("checks not run: " + "; ".join(f"{k} ({why})" for k, why in rep.skipped.items()))
     for name, v in rep.ignored:
-        lines.append(f"ignored (--ignore): {v} (the {name} check was off from then on)")
+        lines.append(f"ignored (--ignore): {v.signature} (step {v.step}): {v.message} (the {name} check was off "
+                     "from then on)")
     return "\n".join(lines)
 
 
@@ -155,14 +160,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         v = rep.violation
         print(json.dumps({"steps": len(rep.events), "drained": rep.drained,
-                          "violation": {"property": v.prop, "message": v.message, "step": v.step,
-                                        "cycle": v.cycle} if v else None,
+                          "violation": {"property": v.prop, "signature": v.signature, "message": v.message,
+                                        "step": v.step, "cycle": v.cycle} if v else None,
                           "expected": workload.extra.get("property"),
                           "finished": rep.finished[-1] if rep.finished else 0,
                           "preemptions": rep.preemptions[-1] if rep.preemptions else 0,
                           "kv_blocks_held": rep.held[-1] if rep.held else 0, "checks_not_run": rep.skipped,
-                          "ignored": [{"property": v.prop, "message": v.message, "step": v.step, "check": name}
-                                      for name, v in rep.ignored],
+                          "ignored": [{"property": v.prop, "signature": v.signature, "message": v.message,
+                                       "step": v.step, "check": name} for name, v in rep.ignored],
+                          "ended_by": rep.ended_by.signature if rep.ended_by else None,
                           "trace": [[e.to_json() for e in evs] for evs in rep.events]}))
     else:
         print(render(workload, rep))

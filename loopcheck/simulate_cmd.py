@@ -6,11 +6,11 @@ import argparse
 import json
 import sys
 
+from loopcheck.model.simulate import SimResult
+from loopcheck.model.workload import Workload, load_workload
 from loopcheck.options import add_adapter, factory_of
 from loopcheck.report import banner, table
-from model.simulate import SimResult
-from model.workload import Workload, load_workload
-from sut.simulate import simulate
+from loopcheck.sut.simulate import simulate
 
 
 def register(p: argparse.ArgumentParser) -> None:

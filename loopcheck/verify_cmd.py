@@ -17,13 +17,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from checks.suite import CheckSet
-from fuzz.campaign import main_progress, run_campaign
+from loopcheck.checks.suite import CheckSet
+from loopcheck.explorer.survey import survey
+from loopcheck.fuzz.campaign import main_progress, run_campaign
+from loopcheck.model.workload import load_workload
 from loopcheck.options import add_adapter
+from loopcheck.proofs.obligations import run_all
 from loopcheck.report import banner, checks_not_run, not_run_line, table
-from model.survey import survey
-from model.workload import load_workload
-from proofs.obligations import run_all
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 EXPLORE_CASES = (("livelock_min.json", 2), ("livelock.json", 0))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from model.workload import Workload
+from loopcheck.model.workload import Workload
 
 
 def preemption_bound(workload: Workload) -> int | None:

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from model.errors import WorkloadError
+from loopcheck.model.errors import WorkloadError
 
 EXECUTIONS = ("refill", "mixed")
 POLICIES = ("unguarded", "guarded")

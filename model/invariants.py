@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from model.config import Config
-from model.events import Event
-from model.state import FINISHED, RUNNING, SchedState
-from model.workload import Workload
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
+from loopcheck.model.state import FINISHED, RUNNING, SchedState
+from loopcheck.model.workload import Workload
 
 
 def state_violations(state: SchedState, cfg: Config, indices: Sequence[int] | None = None) -> list[str]:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
-from model.config import Config
-from model.events import Event, TokenOutcome
-from model.state import FINISHED, PENDING, PREEMPTED, RUNNING, WAITING, ReqState, SchedState
-from model.workload import RequestSpec, Workload
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event, TokenOutcome
+from loopcheck.model.state import FINISHED, PENDING, PREEMPTED, RUNNING, WAITING, ReqState, SchedState
+from loopcheck.model.workload import RequestSpec, Workload
 
 
 class Env(Protocol):

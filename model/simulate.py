@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from model.events import Event, RequestOutput, TokenOutcome
-from model.reference import step
-from model.state import FINISHED, SchedState, initial_state
-from model.workload import RequestSpec, Workload
+from loopcheck.model.events import Event, RequestOutput, TokenOutcome
+from loopcheck.model.reference import step
+from loopcheck.model.state import FINISHED, SchedState, initial_state
+from loopcheck.model.workload import RequestSpec, Workload
 
 
 class WorkloadEnv:

@@ -9,8 +9,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from model.config import Config
-from model.errors import WorkloadError
+from loopcheck.model.config import Config
+from loopcheck.model.errors import WorkloadError
 
 SCHEMA = "loopcheck/workload@1"
 

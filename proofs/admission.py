@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import z3
 
-from proofs.kv import KVState, b2i, cache_only, free_count, release
+from loopcheck.proofs.kv import KVState, b2i, cache_only, free_count, release
 
 
 @dataclass(frozen=True)

@@ -22,15 +22,15 @@ from dataclasses import dataclass, replace
 
 import z3
 
-from model.config import Config
-from model.events import Event
-from model.reference import _Step, page_hash, step, total_pages
-from model.simulate import WorkloadEnv, model_steps
-from model.state import PREEMPTED, RUNNING, WAITING, ReqState, SchedState
-from model.workload import RequestSpec, Workload
-from proofs import admission as adm
-from proofs import bmc
-from proofs.bmc import (
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
+from loopcheck.model.reference import _Step, page_hash, step, total_pages
+from loopcheck.model.simulate import WorkloadEnv, model_steps
+from loopcheck.model.state import PREEMPTED, RUNNING, WAITING, ReqState, SchedState
+from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.proofs import admission as adm
+from loopcheck.proofs import bmc
+from loopcheck.proofs.bmc import (
     FINISHED,
     PENDING,
     STATUS_CODES,
@@ -44,9 +44,9 @@ from proofs.bmc import (
     sym_step,
     sym_step_traced,
 )
-from proofs.drain import MODES, invariant
-from proofs.kv import KVState, conservation
-from proofs.lasso import symbolic_workload
+from loopcheck.proofs.drain import MODES, invariant
+from loopcheck.proofs.kv import KVState, conservation
+from loopcheck.proofs.lasso import symbolic_workload
 
 RULE_OF_FIELD = {"status": "admission, preemption and finishing", "frontier": "prefill frontier and rewind",
                  "chunk_end": "prefill chunks and rewind", "chunk_depth": "WCPB depth",

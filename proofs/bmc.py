@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import z3
 
-from model.config import Config
+from loopcheck.model.config import Config
 
 PENDING, WAITING, RUNNING, PREEMPTED, FINISHED = range(5)
 STATUS_CODES = {"pending": PENDING, "waiting": WAITING, "running": RUNNING,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import z3
 
-from proofs.bmc import (
+from loopcheck.proofs.bmc import (
     FINISHED,
     PENDING,
     PREEMPTED,
@@ -39,7 +39,7 @@ from proofs.bmc import (
     initial,
     sym_step_traced,
 )
-from proofs.result import COUNTEREXAMPLE, PROVED, ProofResult, check_claim
+from loopcheck.proofs.result import COUNTEREXAMPLE, PROVED, ProofResult, check_claim
 
 
 def symbolic_workload(K: int, prefix: str = "") -> SymWorkload:

@@ -11,14 +11,14 @@ from dataclasses import replace
 
 import z3
 
-from model.config import Config
-from model.reference import step
-from model.simulate import WorkloadEnv
-from model.state import initial_state
-from model.workload import RequestSpec, Workload
-from proofs.bmc import FINISHED, SymConfig, SymWorkload, initial, needs_of, supported, sym_step
-from proofs.result import BOUNDED, COUNTEREXAMPLE, UNKNOWN, ProofResult, solve
-from sut.simulate import simulate_model
+from loopcheck.model.config import Config
+from loopcheck.model.reference import step
+from loopcheck.model.simulate import WorkloadEnv
+from loopcheck.model.state import initial_state
+from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.proofs.bmc import FINISHED, SymConfig, SymWorkload, initial, needs_of, supported, sym_step
+from loopcheck.proofs.result import BOUNDED, COUNTEREXAMPLE, UNKNOWN, ProofResult, solve
+from loopcheck.sut.simulate import simulate_model
 
 LIMITS = dict(prompt=(1, 10), max_tokens=(1, 6), priority=(0, 3), arrival=(0, 4))
 

@@ -11,14 +11,14 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from model.config import Config
-from model.workload import Workload
-from proofs.binding import bind
-from proofs.bmc import modes_of, supported
-from proofs.drain import across_modes, drain, expected_status, preemption_pairs
-from proofs.lasso import lasso_search
-from proofs.obligations_kv import admission_atomic, futility, kv_conservation, preflight_soundness
-from proofs.result import AGREES, DISAGREES, PROVED, UNKNOWN, ProofResult
+from loopcheck.model.config import Config
+from loopcheck.model.workload import Workload
+from loopcheck.proofs.binding import bind
+from loopcheck.proofs.bmc import modes_of, supported
+from loopcheck.proofs.drain import across_modes, drain, expected_status, preemption_pairs
+from loopcheck.proofs.lasso import lasso_search
+from loopcheck.proofs.obligations_kv import admission_atomic, futility, kv_conservation, preflight_soundness
+from loopcheck.proofs.result import AGREES, DISAGREES, PROVED, UNKNOWN, ProofResult
 
 Thunk = Callable[[], tuple[ProofResult, Workload | None]]
 

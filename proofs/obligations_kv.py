@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import z3
 
-from proofs.admission import GUARD_RULES, Ctx, GuardRules, after_preemption, fits, hits, preflight
-from proofs.kv import (
+from loopcheck.proofs.admission import GUARD_RULES, Ctx, GuardRules, after_preemption, fits, hits, preflight
+from loopcheck.proofs.kv import (
     RULES,
     KVState,
     Rules,
@@ -17,7 +17,7 @@ from proofs.kv import (
     share,
     take_private,
 )
-from proofs.result import COUNTEREXAMPLE, PROVED, ProofResult, check_claim
+from loopcheck.proofs.result import COUNTEREXAMPLE, PROVED, ProofResult, check_claim
 
 PLANES, BLOCKS = z3.Int("planes"), z3.Int("num_blocks")
 BASICS = [PLANES >= 1, BLOCKS >= PLANES]

@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-deps -r requirements-vllm.txt
 python3 - <<'PY'
-from model.config import Config
-from sut.vllm_sut import PINNED, VllmSUT
+from loopcheck.model.config import Config
+from loopcheck.sut.vllm_sut import PINNED, VllmSUT
 
 VllmSUT(Config(**{**Config().to_json(), **PINNED}))
 print("vLLM adapter: ready")

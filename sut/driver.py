@@ -15,14 +15,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from checks.base import Check, Violation
-from model.bounds import work_units
-from model.config import Config
-from model.errors import WorkloadError
-from model.events import Event
-from model.simulate import Counters
-from model.workload import InputSchedule, RequestSpec, Workload
-from sut.protocol import (
+from loopcheck.checks.base import Check, Ignoring, Violation, ignored, matches
+from loopcheck.model.bounds import work_units
+from loopcheck.model.config import Config
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.events import Event
+from loopcheck.model.simulate import Counters
+from loopcheck.model.workload import InputSchedule, RequestSpec, Workload
+from loopcheck.sut.code import code_paths, innermost, site
+from loopcheck.sut.protocol import (
     Internals,
     Observation,
     ProtocolError,
@@ -33,11 +34,19 @@ from sut.protocol import (
     check_observation,
     check_sut,
 )
-from sut.view import FINISHED, TraceView
+from loopcheck.sut.view import FINISHED, TraceView
 
 OnStep = Callable[[list[Event], Observation], None]
 CALL_TIMEOUT = 10.0   # seconds a call into the SUT may run before it is a hang
 DRIVER_PROPERTIES = ("crash", "hang", "liveness")   # what the driver itself reports (no check does)
+
+
+class RunEnded(Exception):
+    """The run met a finding that is not reported: the system crashed, hung or did
+    not drain in a way the run's checks ignore (`matches` its signature), or any
+    property broke after an ignored finding earlier in the run (a consequence of
+    a known bug is not a new one). Nothing more is judged in this run.
+    `Driver.ended_by` holds the finding."""
 
 
 class Overran(BaseException):
@@ -68,20 +77,27 @@ def watchdog(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, handler)
 
 
-def _origin(exc: BaseException) -> str:
-    """ at FILE:LINE of the innermost frame outside this module that `exc` passed through."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
-    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+def _frames(exc: BaseException) -> list[tuple[str, int | None]]:
+    """The (file, line) frames `exc` passed through outside this module, outermost first."""
+    return [(f.filename, f.lineno) for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
 
 
-def crash(verb: str, exc: BaseException) -> Violation:
-    """An exception raised inside the SUT, as a violation naming where it was raised."""
-    return Violation("crash", f"{type(exc).__name__}: {exc} (in {verb}(){_origin(exc)})")
+def crash(verb: str, exc: BaseException, own: tuple[str, ...] = ()) -> Violation:
+    """An exception raised inside the SUT, as a violation naming where it was
+    raised (the innermost line in the system's own code, the paths `own`; see
+    `code.innermost`) and its type."""
+    line = innermost(_frames(exc), own)
+    where = f"{site(*line)}:{type(exc).__name__}" if line else type(exc).__name__
+    at = f" at {line[0]}:{line[1]}" if line else ""
+    return Violation("crash", f"{type(exc).__name__}: {exc} (in {verb}(){at})", where=where)
 
 
-def hang(verb: str, stopped: Overran) -> Violation:
+def hang(verb: str, stopped: Overran, own: tuple[str, ...] = ()) -> Violation:
     """A call into the SUT that did not return within CALL_TIMEOUT, naming where it was stopped."""
-    return Violation("hang", f"{verb}() did not return within {CALL_TIMEOUT:g} s (stopped{_origin(stopped)})")
+    line = innermost(_frames(stopped), own)
+    at = f" at {line[0]}:{line[1]}" if line else ""
+    return Violation("hang", f"{verb}() did not return within {CALL_TIMEOUT:g} s (stopped{at})",
+                     where=site(*line) if line else verb)
 
 
 def check_pinned(pinned: dict[str, Any], cfg: Config) -> None:
@@ -97,8 +113,12 @@ class Driver:
 
     `add` and `abort` take effect at the start of the next `step` (so a request added
     at step t has arrival t). The first violation any check raises is kept in
-    `failure` and raised again by any later call. A ProtocolError (the SUT broke the
-    protocol) and WorkloadError (bad input) propagate as they are.
+    `failure` and raised again by any later call. A crash, hang or liveness
+    finding that the checks ignore (`Ignoring.ignore` names its signature), and
+    any violation after an ignored one in the same run, end the run instead: it
+    is kept in `ended_by`, and this call and every later one raise RunEnded. A
+    ProtocolError (the SUT broke the protocol) and WorkloadError (bad input)
+    propagate as they are.
     """
 
     def __init__(self, factory: SutFactory, cfg: Config, checks: Sequence[Check] = (),
@@ -112,6 +132,9 @@ class Driver:
         self.view = TraceView(cfg.block_size, keep_pages=cfg.prefix_caching and bool(checks))   # for prefix-hits
         self.on_step = on_step
         self.failure: Violation | None = None
+        self.ended_by: Violation | None = None
+        self.ignore = frozenset().union(*(c.ignore for c in checks if isinstance(c, Ignoring)))
+        self.own: tuple[str, ...] = ()   # the paths of the system's own code (capabilities.code)
         self.last_input = 0          # the step of the latest add or abort
         self.inputs_until = -1       # inputs are scheduled up to this step (recorded workloads)
         self.checks: list[Check] = []
@@ -122,9 +145,10 @@ class Driver:
         try:
             # (unwatched: building a system may import a whole engine, many seconds the first time)
             self.sut = check_sut(self._call("construct", lambda: factory(cfg), watched=False))
-        except Violation:
-            return   # the crash is kept in `failure`; the first call raises it, so it gets recorded
+        except (Violation, RunEnded):
+            return   # the crash is kept in `failure` (or `ended_by`); the first call raises it
         check_pinned(self.sut.capabilities.pinned, cfg)
+        self.own = code_paths(self.sut.capabilities.code)
         for c in checks:
             reason = c.unavailable(self.sut.capabilities, cfg)
             if reason is None:
@@ -217,7 +241,9 @@ class Driver:
 
     def raise_failure(self) -> None:
         """Raise the violation found so far, if any (a crash while building the SUT
-        included)."""
+        included), or RunEnded if an ignored finding ended the run."""
+        if self.ended_by is not None:
+            raise RunEnded(self.ended_by.signature)
         if self.failure is not None:
             raise self.failure
 
@@ -225,6 +251,9 @@ class Driver:
         """Keep and raise `violation`, pinned to `step` unless it names its own."""
         if violation.step is None:
             violation.step = step
+        if (violation.prop in DRIVER_PROPERTIES and matches(violation, self.ignore)) or ignored(self.checks):
+            self.ended_by = violation
+            raise RunEnded(violation.signature)
         self.failure = violation
         raise violation
 
@@ -241,12 +270,12 @@ class Driver:
         try:
             with watchdog(CALL_TIMEOUT if watched else None):
                 return fn()
-        except (ProtocolError, WorkloadError, Violation):
+        except (ProtocolError, WorkloadError, Violation, RunEnded):
             raise
         except Overran as stopped:
-            self._fail(hang(verb, stopped), self.t)   # inputs of, or the run of, step t
+            self._fail(hang(verb, stopped, self.own), self.t)   # inputs of, or the run of, step t
         except Exception as exc:  # noqa: BLE001 - any exception inside the SUT is a finding
-            self._fail(crash(verb, exc), self.t)
+            self._fail(crash(verb, exc, self.own), self.t)
 
 
 @dataclass
@@ -266,7 +295,8 @@ def run_workload(workload: Workload, factory: SutFactory, checks: Sequence[Check
                  max_steps: int | None = None, on_step: OnStep | None = None) -> Run:
     """Drive a recorded workload (arrivals and aborts by step). With checks, drain
     within their cap (or `max_steps`) and run their end tests; without, run until
-    drained or `max_steps`."""
+    drained or `max_steps`. A run an ignored finding ended (`Driver.ended_by`)
+    has no violation and has not drained."""
     driver = Driver(factory, workload.config, checks, on_step)
     last = max((max(s.arrival, s.abort_at or 0) for s in workload.requests), default=0)
     driver.inputs_until = last
@@ -283,4 +313,6 @@ def run_workload(workload: Workload, factory: SutFactory, checks: Sequence[Check
             driver.run_to_drain(max_steps)
     except Violation as v:
         return Run(driver, v, False)
+    except RunEnded:
+        return Run(driver, None, False)
     return Run(driver, None, driver.drained())

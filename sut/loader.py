@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from model.config import Config
-from model.errors import WorkloadError
-from sut.protocol import Capabilities, ProtocolError, SutFactory, check_sut
+from loopcheck.model.config import Config
+from loopcheck.model.errors import WorkloadError
+from loopcheck.sut.protocol import Capabilities, ProtocolError, SutFactory, check_sut
 
-SHIPPED = {"model": "sut.model_sut:ModelSUT", "torch": "sut.torch_sut:TorchSUT", "vllm": "sut.vllm_sut:VllmSUT"}
+SHIPPED = {"model": "loopcheck.sut.model_sut:ModelSUT", "torch": "loopcheck.sut.torch_sut:TorchSUT",
+           "vllm": "loopcheck.sut.vllm_sut:VllmSUT"}
 
 
 def load_factory(spec: str) -> SutFactory:

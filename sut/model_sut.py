@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from model.config import Config
-from model.events import Event, RequestOutput
-from model.invariants import state_violations
-from model.reference import index_of, step
-from model.simulate import WorkloadEnv, fold_outputs
-from model.state import PREEMPTED, RUNNING, SchedState, initial_state, with_requests
-from model.workload import RequestSpec, Workload
-from sut.protocol import Capabilities, Internals, Observation
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event, RequestOutput
+from loopcheck.model.invariants import state_violations
+from loopcheck.model.reference import index_of, step
+from loopcheck.model.simulate import WorkloadEnv, fold_outputs
+from loopcheck.model.state import PREEMPTED, RUNNING, SchedState, initial_state, with_requests
+from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.sut.protocol import Capabilities, Internals, Observation
 
 
 class ModelSUT:

@@ -27,9 +27,9 @@ from collections.abc import Callable, Container, Hashable
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from model.config import Config
-from model.events import KINDS, Event, RequestOutput
-from model.workload import RequestSpec
+from loopcheck.model.config import Config
+from loopcheck.model.events import KINDS, Event, RequestOutput
+from loopcheck.model.workload import RequestSpec
 
 
 class ProtocolError(Exception):
@@ -60,6 +60,12 @@ class Capabilities:
       semantics "loopcheck": the documented rules on them are checked).
     block_tables: `Observation.block_tables` lists the blocks each request holds
       (the `kv-tables` checks run).
+    code: the modules (dotted names, packages included with what is under them)
+      of the system's own scheduling, cache and pool code, for example
+      ("vllm.v1.core",): a crash is named by its innermost line there, and the
+      fuzzer's coverage guidance measures lines only there. Empty: a crash is
+      named by its innermost line outside the standard library, and no coverage
+      is measured.
     """
 
     kv: bool = False
@@ -71,6 +77,7 @@ class Capabilities:
     pinned: dict[str, Any] = field(default_factory=dict)
     internals: bool = False
     block_tables: bool = False
+    code: tuple[str, ...] = ()
 
 
 @dataclass
@@ -144,9 +151,11 @@ def check_sut(sut: object) -> SystemUnderTest:
     caps = getattr(sut, "capabilities", None)
     if not isinstance(caps, Capabilities):
         raise ProtocolError("capabilities", f"{type(sut).__name__}.capabilities must be a "
-                                            "sut.protocol.Capabilities")
+                                            "loopcheck.sut.protocol.Capabilities")
     if not isinstance(caps.pinned, dict):
         raise ProtocolError("capabilities.pinned maps config fields to values", f"got {caps.pinned!r}")
+    if not (isinstance(caps.code, tuple) and all(isinstance(m, str) and m for m in caps.code)):
+        raise ProtocolError("capabilities.code is a tuple of module names", f"got {caps.code!r}")
     if not CONFIG_FIELDS.issuperset(caps.pinned):
         raise ProtocolError("capabilities.pinned maps config fields to values",
                             f"not config fields: {sorted(set(caps.pinned) - CONFIG_FIELDS)}")

@@ -3,11 +3,11 @@ shape `loopcheck simulate` prints."""
 
 from __future__ import annotations
 
-from checks.base import Violation
-from model.simulate import SimResult
-from model.workload import Workload
-from sut.driver import run_workload
-from sut.protocol import SutFactory
+from loopcheck.checks.base import Violation
+from loopcheck.model.simulate import SimResult
+from loopcheck.model.workload import Workload
+from loopcheck.sut.driver import run_workload
+from loopcheck.sut.protocol import SutFactory
 
 
 def simulate(workload: Workload, factory: SutFactory, max_steps: int, name: str = "model",
@@ -24,7 +24,7 @@ def simulate(workload: Workload, factory: SutFactory, max_steps: int, name: str 
 
 def simulate_model(workload: Workload, max_steps: int, keep_trace: bool = False) -> SimResult:
     """The reference model run (scripted token outcomes)."""
-    from sut.model_sut import ModelSUT
+    from loopcheck.sut.model_sut import ModelSUT
 
     return simulate(workload, ModelSUT, max_steps, "model", keep_trace)[0]
 
@@ -34,6 +34,6 @@ def simulate_engine(workload: Workload, max_steps: int, keep_trace: bool = False
     """The torch engine run."""
     from functools import partial
 
-    from sut.torch_sut import TorchSUT
+    from loopcheck.sut.torch_sut import TorchSUT
 
     return simulate(workload, partial(TorchSUT, batch_invariant=batch_invariant), max_steps, "torch", keep_trace)[0]

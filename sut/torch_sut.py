@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from model.config import Config
-from model.events import Event
-from model.workload import RequestSpec
-from sut.protocol import Capabilities, Internals, Observation
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
+from loopcheck.model.workload import RequestSpec
+from loopcheck.sut.protocol import Capabilities, Internals, Observation
 
 
 class TorchSUT:
@@ -13,7 +13,7 @@ class TorchSUT:
     is only for the control test that shows the output checks bite."""
 
     def __init__(self, cfg: Config, batch_invariant: bool = True) -> None:
-        from engine.llm_engine import LLMEngine
+        from loopcheck.engine.llm_engine import LLMEngine
 
         self.engine = LLMEngine(cfg, batch_invariant)
         self.capabilities = Capabilities(kv=True, state_key=True, fingerprints=True,
@@ -37,7 +37,7 @@ class TorchSUT:
                                          for s in e.scheduler.seqs if s.pages})
 
     def internals(self) -> Internals:
-        from engine.sequence import PREEMPTED, WAITING
+        from loopcheck.engine.sequence import PREEMPTED, WAITING
 
         sched = self.engine.scheduler
         return Internals(guard=frozenset(sched.guard),

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model.events import Event
-from model.workload import RequestSpec
+from loopcheck.model.events import Event
+from loopcheck.model.workload import RequestSpec
 
 SUBMITTED, WAITING, RUNNING, PREEMPTED, FINISHED = "submitted", "waiting", "running", "preempted", "finished"
 # The status each event leaves its request in.

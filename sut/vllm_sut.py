@@ -22,11 +22,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from model.config import Config
-from model.errors import WorkloadError
-from model.events import Event, RequestOutput
-from model.workload import RequestSpec
-from sut.protocol import Capabilities, Observation
+from loopcheck.model.config import Config
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.events import Event, RequestOutput
+from loopcheck.model.workload import RequestSpec
+from loopcheck.sut.protocol import Capabilities, Observation
 
 PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
                               allocation="incremental", watermark_blocks=0, execution="mixed")

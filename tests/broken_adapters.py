@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from model.errors import WorkloadError
-from model.events import Event, RequestOutput
-from sut.model_sut import ModelSUT
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.events import Event, RequestOutput
+from loopcheck.sut.model_sut import ModelSUT
 
 
 class NoneStep(ModelSUT):

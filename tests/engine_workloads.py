@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from model.workload import Workload, load_workload
+from loopcheck.model.workload import Workload, load_workload
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 SHARED = (7, 7, 9, 11, 13, 2)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.config import Config
-from model.events import Event
-from model.reference import step
-from model.simulate import WorkloadEnv
-from model.state import SchedState, initial_state
-from model.workload import RequestSpec, Workload
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
+from loopcheck.model.reference import step
+from loopcheck.model.simulate import WorkloadEnv
+from loopcheck.model.state import SchedState, initial_state
+from loopcheck.model.workload import RequestSpec, Workload
 
 
 def req(rid: str, prompt_len: int, max_tokens: int, arrival: int = 0, priority: int = 0,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fuzz.campaign import run_campaign
+from loopcheck.fuzz.campaign import run_campaign
 
 
 @pytest.mark.slow

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import sut.driver
 from loopcheck.cli import main
+from loopcheck.sut import driver as sut_driver
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "livelock.json")
 
@@ -60,7 +60,7 @@ def test_torch_engine_same_json_shape_and_no_preemption_reference(capsys) -> Non
 
 
 def test_a_system_that_does_not_return_is_a_hang_exit_1(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(sut.driver, "CALL_TIMEOUT", 0.2)
+    monkeypatch.setattr(sut_driver, "CALL_TIMEOUT", 0.2)
     spins = f"{Path(__file__).parent / 'broken_adapters.py'}:Spins"
     assert main(["simulate", EXAMPLE, "--adapter", spins]) == 1
     assert "HANG at step 0: step() did not return within 0.2 s (stopped at " in capsys.readouterr().out

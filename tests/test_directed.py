@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import random
 
-import fuzz.directed
-from checks.suite import CheckSet
-from fuzz.campaign import directed_configs, run_campaign
-from fuzz.directed import Director, sized_arrival, variants, windows_of
-from fuzz.strategies import Shape
-from model.config import Config
-from model.reference import never_fits
-from model.workload import RequestSpec, Workload
+from loopcheck.checks.suite import CheckSet
+from loopcheck.fuzz import directed
+from loopcheck.fuzz.campaign import directed_configs, run_campaign
+from loopcheck.fuzz.directed import Director, sized_arrival, variants, windows_of
+from loopcheck.fuzz.strategies import Shape
+from loopcheck.model.config import Config
+from loopcheck.model.reference import never_fits
+from loopcheck.model.workload import RequestSpec, Workload
 
 # j prefills an 8-token prompt two tokens a step; v holds one page; i arrives more
 # urgent, sharing three of j's pages, two still unpublished: the guarded preflight
@@ -65,7 +65,7 @@ def test_directed_rounds_keep_every_request_within_the_pool_when_oversized_is_of
         huge = RequestSpec("huge", (1,) * (w.config.max_positions + 1), 1)
         return [Workload(w.config, w.requests + (huge,))] if windows_of(w)[0] else []
 
-    monkeypatch.setattr(fuzz.directed, "readmission_variants", oversized_follow_up)
+    monkeypatch.setattr(directed, "readmission_variants", oversized_follow_up)
 
     def never_fitting(shape: Shape) -> int:
         d = Director(directed_configs("random", "guarded", {}), 6, 13, shape, runs=10_000)   # every candidate runs
@@ -90,7 +90,7 @@ def test_director_rounds_are_deterministic_and_reach_rare_windows() -> None:
 def test_a_snapshot_kept_after_an_abort_is_found_by_a_directed_window(monkeypatch, tmp_path) -> None:
     """A planted engine bug that needs an abort while preempted with snapshots on:
     the directed rounds place the abort, and the kv check sees the snapshot."""
-    from engine.scheduler import Scheduler
+    from loopcheck.engine.scheduler import Scheduler
 
     original = Scheduler.end
 
@@ -110,8 +110,8 @@ def test_a_preflight_without_the_watermark_is_caught_without_a_reference(monkeyp
     the reference at once, so lockstep cannot see it): the guarded preflight
     forgets the watermark, so it preempts for requests that admission then
     refuses. The futile-preemption property finds it."""
-    from model import reference
-    from sut.model_sut import ModelSUT
+    from loopcheck.model import reference
+    from loopcheck.sut.model_sut import ModelSUT
 
     original = reference._Step.preflight
     monkeypatch.setattr(reference._Step, "preflight",

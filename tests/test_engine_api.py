@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.llm_engine import LLMEngine
-from model.config import Config
-from model.errors import WorkloadError
-from model.workload import RequestSpec
+from loopcheck.engine.llm_engine import LLMEngine
+from loopcheck.model.config import Config
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.workload import RequestSpec
 
 CFG = Config(num_blocks=16, block_size=2, num_loops=3, kv_layout="last_exited", wcpb=True,
              max_num_batched_tokens=8, prefill_chunk_size=4, prefix_caching=True)

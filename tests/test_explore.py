@@ -14,12 +14,9 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-import model.survey
-from fuzz.directed import draw_workloads
-from fuzz.strategies import workloads
 from loopcheck.cli import main
-from model.bounds import preemption_bound
-from model.explore import (
+from loopcheck.explorer import survey as survey_module
+from loopcheck.explorer.explore import (
     YOUNG_COLLECTION_EVERY,
     Caps,
     Exploration,
@@ -33,11 +30,14 @@ from model.explore import (
     successors,
     variant,
 )
-from model.lasso_export import lasso_workload
-from model.liveness import _component_figures, _forward_figures, analyse
-from model.survey import Claims, Fold, block_variants, plan, survey
-from model.workload import Workload, load_workload
-from sut.simulate import simulate_engine, simulate_model
+from loopcheck.explorer.lasso_export import lasso_workload
+from loopcheck.explorer.liveness import _component_figures, _forward_figures, analyse
+from loopcheck.explorer.survey import Claims, Fold, block_variants, plan, survey
+from loopcheck.fuzz.directed import draw_workloads
+from loopcheck.fuzz.strategies import workloads
+from loopcheck.model.bounds import preemption_bound
+from loopcheck.model.workload import Workload, load_workload
+from loopcheck.sut.simulate import simulate_engine, simulate_model
 from tests.helpers import five_requests, req, workload
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -172,7 +172,7 @@ def test_merging_shrinks_a_family_whose_variants_share_futures() -> None:
 
 
 FINGERPRINTS = """
-from model.explore import Replay, explore
+from loopcheck.explorer.explore import Replay, explore
 from tests.test_explore import small_b
 ex = explore(small_b(), spread=1)
 print([Replay(ex).state(i).content_fingerprint() for i in range(ex.states)])
@@ -255,7 +255,7 @@ def figures(found):
 @pytest.mark.parametrize("make, spread", [(lambda: load_workload(EXAMPLES / "livelock_min.json"), 2),
                                           (lambda: small_b("guarded"), 1), (lambda: small_b("unguarded"), 1)])
 def test_the_survey_on_two_processes_equals_the_whole_graph(make, spread, monkeypatch) -> None:
-    monkeypatch.setattr(model.survey, "FORK_AFTER", 0.0)   # workers from the first block on
+    monkeypatch.setattr(survey_module, "FORK_AFTER", 0.0)   # workers from the first block on
     w = make()
     ex = explore(w, spread=spread)
     whole = analyse(ex)
@@ -274,7 +274,7 @@ def each_variant_explored(w: Workload, spread: int, max_states: int):
     folded = Fold()
     for v in range(family_size(w, spread)):
         ex = explore_variant(v, variant(w, spread, v), True, Caps(max_states), FutureGraph())
-        folded.merge(Fold.of(model.survey._survey_of(ex)))
+        folded.merge(Fold.of(survey_module._survey_of(ex)))
     return folded.result(family_size(w, spread), Caps(max_states))
 
 
@@ -284,13 +284,13 @@ def test_translated_variants_are_their_bases_some_steps_later(monkeypatch) -> No
     stop tokens, every config switch), the survey equals exploring every
     variant, and translations were derived (not explored) in most families."""
     derived = []
-    original = model.survey.translated
+    original = survey_module.translated
 
     def counted(base, m, caps):
         found = original(base, m, caps)
         derived.append(found is not None)
         return found
-    monkeypatch.setattr(model.survey, "translated", counted)
+    monkeypatch.setattr(survey_module, "translated", counted)
     drawn = draw_workloads(workloads(max_requests=5, max_prompt=4, max_tokens=3, max_arrival=3), seed=11, count=40)
     pinned = [five_requests(), small_b(), small_b("unguarded"), aborted_b(),
               load_workload(EXAMPLES / "livelock_min.json")]
@@ -348,13 +348,13 @@ def test_claims_hand_out_every_block_once_in_runs() -> None:
 
 
 @pytest.mark.parametrize("max_states", [10**6, 2000, 40])
-@pytest.mark.parametrize("fork_after", [0.0, model.survey.FORK_AFTER])
+@pytest.mark.parametrize("fork_after", [0.0, survey_module.FORK_AFTER])
 def test_the_survey_is_the_same_on_any_number_of_workers_cut_short_or_not(max_states, fork_after,
                                                                            monkeypatch) -> None:
     """Blocks are folded in block order and cut at the same block, so the
     figures of a capped survey do not depend on the workers either (nor on
     when this process handed the rest of the family to them)."""
-    monkeypatch.setattr(model.survey, "FORK_AFTER", fork_after)
+    monkeypatch.setattr(survey_module, "FORK_AFTER", fork_after)
     w = five_requests()
     one = survey(w, 2, max_states=max_states)
     assert one.complete == (max_states == 10**6)
@@ -372,13 +372,13 @@ def test_workers_start_only_when_the_family_is_not_done_soon(monkeypatch) -> Non
     this process or by the workers)."""
     def no_workers(*args):
         raise AssertionError("workers started")
-    monkeypatch.setattr(model.survey, "_surveyed_in_parallel", no_workers)
+    monkeypatch.setattr(survey_module, "_surveyed_in_parallel", no_workers)
     for fork_after, fork_worth, forks in ((3600.0, 0.0, False), (0.0025, 3600.0, False), (0.0025, 0.0, True),
                                           (0.0, 3600.0, True)):   # nothing done yet: no estimate, so workers
         clock = itertools.count(0, 0.001)
-        monkeypatch.setattr(model.survey, "now", lambda: next(clock))   # noqa: B023 (read in this iteration)
-        monkeypatch.setattr(model.survey, "FORK_AFTER", fork_after)
-        monkeypatch.setattr(model.survey, "FORK_WORTH", fork_worth)
+        monkeypatch.setattr(survey_module, "now", lambda: next(clock))   # noqa: B023 (read in this iteration)
+        monkeypatch.setattr(survey_module, "FORK_AFTER", fork_after)
+        monkeypatch.setattr(survey_module, "FORK_WORTH", fork_worth)
         if forks:
             with pytest.raises(AssertionError, match="workers started"):
                 survey(five_requests(), 1, workers=2)
@@ -391,7 +391,7 @@ def test_workers_start_only_when_the_family_is_not_done_soon(monkeypatch) -> Non
 def test_a_failing_worker_fails_the_survey(how, error, monkeypatch) -> None:
     """A worker's exception comes back with its traceback; a worker that dies
     without a word (killed, out of memory) is noticed by its exit code."""
-    parent, original = os.getpid(), model.survey.survey_block
+    parent, original = os.getpid(), survey_module.survey_block
 
     def broken(bases, *args):
         if os.getpid() != parent and bases.start > 5:
@@ -399,8 +399,8 @@ def test_a_failing_worker_fails_the_survey(how, error, monkeypatch) -> None:
                 os._exit(3)
             raise ValueError("broken block")
         return original(bases, *args)
-    monkeypatch.setattr(model.survey, "survey_block", broken)
-    monkeypatch.setattr(model.survey, "FORK_AFTER", 0.0)
+    monkeypatch.setattr(survey_module, "survey_block", broken)
+    monkeypatch.setattr(survey_module, "FORK_AFTER", 0.0)
     with pytest.raises(RuntimeError, match=error):
         survey(five_requests(), 2, workers=2)
 
@@ -460,7 +460,7 @@ def test_explore_cli_writes_a_lasso_that_loops_on_the_engine(tmp_path, capsys) -
 
 
 def test_replay_both_reports_the_first_divergence(tmp_path, capsys, monkeypatch) -> None:
-    from engine.scheduler import Scheduler
+    from loopcheck.engine.scheduler import Scheduler
 
     original = Scheduler.emit
 

@@ -16,16 +16,16 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from checks.base import Violation
-from checks.suite import checks_for
-from fuzz.campaign import run_campaign
-from fuzz.pytest_plugin import run_machine
-from fuzz.strategies import configs, request_bodies
+from loopcheck.checks.base import Violation
+from loopcheck.checks.suite import checks_for
 from loopcheck.cli import main
-from model.config import Config, regression_config
-from model.workload import load_workload
-from sut.simulate import simulate_engine
-from sut.torch_sut import TorchSUT
+from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.pytest_plugin import run_machine
+from loopcheck.fuzz.strategies import configs, request_bodies
+from loopcheck.model.config import Config, regression_config
+from loopcheck.model.workload import load_workload
+from loopcheck.sut.simulate import simulate_engine
+from loopcheck.sut.torch_sut import TorchSUT
 
 # a small pool under pressure: preemptions, rewinds and snapshot restores are common
 CONTENDED = Config(num_blocks=12, block_size=2, num_loops=2, kv_layout="last_exited", max_num_seqs=4,
@@ -62,7 +62,7 @@ def find(patches, config_strategy, monkeypatch, max_examples=150) -> Violation:
 
 
 def test_mutant_no_rewind_on_preemption(monkeypatch) -> None:
-    from engine.scheduler import Scheduler
+    from loopcheck.engine.scheduler import Scheduler
 
     original = Scheduler.preempt
 
@@ -77,7 +77,7 @@ def test_mutant_no_rewind_on_preemption(monkeypatch) -> None:
 
 
 def test_mutant_snapshot_restored_to_the_wrong_depth(monkeypatch) -> None:
-    from engine.kv_cache import KVStore
+    from loopcheck.engine.kv_cache import KVStore
 
     original = KVStore.restore
 
@@ -91,7 +91,7 @@ def test_mutant_snapshot_restored_to_the_wrong_depth(monkeypatch) -> None:
 
 
 def test_mutant_shared_block_freed_while_referenced(monkeypatch) -> None:
-    from engine.kv_cache import BlockPool
+    from loopcheck.engine.kv_cache import BlockPool
 
     original = BlockPool.release
 
@@ -106,7 +106,7 @@ def test_mutant_shared_block_freed_while_referenced(monkeypatch) -> None:
 
 
 def test_mutant_abort_not_releasing_blocks(monkeypatch) -> None:
-    from engine.scheduler import Scheduler
+    from loopcheck.engine.scheduler import Scheduler
 
     original = Scheduler.end
 
@@ -122,7 +122,7 @@ def test_mutant_abort_not_releasing_blocks(monkeypatch) -> None:
 
 
 def test_mutant_watermark_ignored(monkeypatch) -> None:
-    from engine.scheduler import Scheduler
+    from loopcheck.engine.scheduler import Scheduler
 
     original = Scheduler.room_for
 
@@ -148,15 +148,17 @@ def test_fuzz_cli(tmp_path, capsys) -> None:
 def test_parallel_campaigns_report_each_worker(tmp_path, capsys) -> None:
     """--workers 2 with progress lines (no --json): each worker's campaign comes
     back to the parent (a result kept its progress hook, which no process can
-    receive, and the command died) and its counterexample is reported."""
+    receive, and the command died) with its counterexample; the summary reports
+    the bug both found once (one signature), from the first worker."""
     toy = str(Path(__file__).parent / "toy_scheduler.py")
     code = main(["fuzz", "--adapter", f"{toy}:leaky", "--workers", "2", "--budget-seconds", "10", "--seed", "3",
                  "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 1
-    assert out.count("COUNTEREXAMPLE kv-conservation") == 2
+    assert (tmp_path / "w0/counterexample-kv-conservation.json").exists()
+    assert (tmp_path / "w1/counterexample-kv-conservation.json").exists()
+    assert out.count("COUNTEREXAMPLE kv-conservation@") == 1
     assert f"{tmp_path}/w0/counterexample-kv-conservation.json" in out
-    assert f"{tmp_path}/w1/counterexample-kv-conservation.json" in out
 
 
 def test_the_example_database_keeps_failures_for_the_next_campaign(tmp_path) -> None:
@@ -171,8 +173,8 @@ def test_the_example_database_keeps_failures_for_the_next_campaign(tmp_path) -> 
 
 
 def test_rare_branches_are_read_from_event_sequences() -> None:
-    from fuzz.machine import Stats
-    from model.events import Event
+    from loopcheck.fuzz.machine import Stats
+    from loopcheck.model.events import Event
 
     stats = Stats()
     stats.new_example()
@@ -186,8 +188,8 @@ def test_rare_branches_are_read_from_event_sequences() -> None:
 
 
 def test_shrinking_is_bounded_by_replays_and_a_deadline_says_where_it_stopped() -> None:
-    from fuzz.shrink import shrink
-    from sut.model_sut import ModelSUT
+    from loopcheck.fuzz.shrink import shrink
+    from loopcheck.sut.model_sut import ModelSUT
 
     w = load_workload("examples/livelock.json").with_config(preemption_policy="unguarded")
     checks = lambda: checks_for("property")  # noqa: E731

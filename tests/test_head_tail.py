@@ -9,13 +9,13 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from fuzz.directed import draw_workloads
-from fuzz.strategies import workloads
-from model.explore import Caps, Exploration, FutureGraph, explore_variant, family_size, variant
-from model.head_tail import Tail, drains, survey_of_variant, tail_of
-from model.liveness import components
-from model.survey import _survey_of
-from model.workload import load_workload
+from loopcheck.explorer.explore import Caps, Exploration, FutureGraph, explore_variant, family_size, variant
+from loopcheck.explorer.head_tail import Tail, drains, survey_of_variant, tail_of
+from loopcheck.explorer.liveness import components
+from loopcheck.explorer.survey import _survey_of
+from loopcheck.fuzz.directed import draw_workloads
+from loopcheck.fuzz.strategies import workloads
+from loopcheck.model.workload import load_workload
 from tests.helpers import five_requests
 from tests.test_explore import aborted_b, small_b
 

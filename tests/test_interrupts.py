@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from model.errors import StopRequest, Terminated
-from model.workload import save_workload
-from sut.driver import CALL_TIMEOUT
+from loopcheck.model.errors import StopRequest, Terminated
+from loopcheck.model.workload import save_workload
+from loopcheck.sut.driver import CALL_TIMEOUT
 from tests.helpers import five_requests
 
 

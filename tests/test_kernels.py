@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels.attention import paged_attention
-from kernels.kv_ops import gather_blocks, scatter_blocks, write_kv
-from kernels.linear import ROWS, bi_linear
+from loopcheck.kernels.attention import paged_attention
+from loopcheck.kernels.kv_ops import gather_blocks, scatter_blocks, write_kv
+from loopcheck.kernels.linear import ROWS, bi_linear
 
 
 def test_bi_linear_matches_f_linear_and_is_position_invariant() -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 
-from checks.lockstep import Lockstep
-from fuzz.strategies import workloads
-from model.workload import Workload
-from sut.driver import run_workload
-from sut.torch_sut import TorchSUT
+from loopcheck.checks.lockstep import Lockstep
+from loopcheck.fuzz.strategies import workloads
+from loopcheck.model.workload import Workload
+from loopcheck.sut.driver import run_workload
+from loopcheck.sut.torch_sut import TorchSUT
 from tests.engine_workloads import busy, livelock_example
 
 
@@ -39,7 +39,7 @@ def test_random_workloads_conform(w: Workload) -> None:
 
 def test_a_seeded_divergence_is_reported(monkeypatch) -> None:
     """The comparison bites: a model told a different token outcome diverges."""
-    from model.simulate import WorkloadEnv
+    from loopcheck.model.simulate import WorkloadEnv
 
     original = WorkloadEnv.outcome
     monkeypatch.setattr(WorkloadEnv, "outcome", lambda self, rid, i: original(self, rid, i)._replace(token_id=-7))

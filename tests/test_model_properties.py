@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fuzz.strategies import workloads
-from model import reference
-from model.invariants import state_violations, step_violations
-from model.reference import step
-from model.simulate import WorkloadEnv
-from model.state import FINISHED, ReqState, initial_state
-from model.workload import InputSchedule
-from sut.model_sut import ModelSUT
+from loopcheck.fuzz.strategies import workloads
+from loopcheck.model import reference
+from loopcheck.model.invariants import state_violations, step_violations
+from loopcheck.model.reference import step
+from loopcheck.model.simulate import WorkloadEnv
+from loopcheck.model.state import FINISHED, ReqState, initial_state
+from loopcheck.model.workload import InputSchedule
+from loopcheck.sut.model_sut import ModelSUT
 
 BOUND = 400
 

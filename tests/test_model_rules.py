@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from model.reference import page_hash
-from model.state import FINISHED, PREEMPTED, RUNNING, WAITING
+from loopcheck.model.reference import page_hash
+from loopcheck.model.state import FINISHED, PREEMPTED, RUNNING, WAITING
 from tests.helpers import kinds, req, run_steps, workload
 
 SMALL = dict(num_blocks=6, block_size=2, num_loops=2, kv_layout="shared", wcpb=False,

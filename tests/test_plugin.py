@@ -8,8 +8,8 @@ pytest_plugins = ["pytester"]
 def test_fixture_runs_the_machine_against_an_adapter(pytester) -> None:
     pytester.makepyfile("""
         from hypothesis import strategies as st
-        from sut.torch_sut import TorchSUT
-        from model.config import Config
+        from loopcheck.sut.torch_sut import TorchSUT
+        from loopcheck.model.config import Config
 
         class CountingAdapter(TorchSUT):
             steps = 0

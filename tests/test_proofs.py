@@ -8,13 +8,13 @@ import json
 import z3
 
 from loopcheck.cli import main
-from model.workload import load_workload
-from proofs.admission import GuardRules
-from proofs.drain import drain, preemption_pairs
-from proofs.kv import Rules
-from proofs.obligations_kv import admission_atomic, futility, kv_conservation, preflight_soundness
-from proofs.result import COUNTEREXAMPLE, PROVED, UNKNOWN, check_claim
-from sut.simulate import simulate_model
+from loopcheck.model.workload import load_workload
+from loopcheck.proofs.admission import GuardRules
+from loopcheck.proofs.drain import drain, preemption_pairs
+from loopcheck.proofs.kv import Rules
+from loopcheck.proofs.obligations_kv import admission_atomic, futility, kv_conservation, preflight_soundness
+from loopcheck.proofs.result import COUNTEREXAMPLE, PROVED, UNKNOWN, check_claim
+from loopcheck.sut.simulate import simulate_model
 
 
 def test_expected_results_at_small_bounds() -> None:
@@ -62,7 +62,7 @@ def test_one_request_alone_drains_under_every_policy() -> None:
 
 
 def test_a_step_that_loses_blocks_breaks_the_accounting_lemmas(monkeypatch) -> None:
-    from proofs import bmc
+    from loopcheck.proofs import bmc
 
     original = bmc.Pass.abort
 
@@ -76,7 +76,7 @@ def test_a_step_that_loses_blocks_breaks_the_accounting_lemmas(monkeypatch) -> N
 
 
 def test_drain_rests_on_the_victim_check_not_on_the_watermark(monkeypatch) -> None:
-    from proofs import bmc
+    from loopcheck.proofs import bmc
 
     def no_watermark(self):
         self.wm = bmc.z3.IntVal(0)
@@ -105,7 +105,7 @@ def test_vacuous_assumptions_are_never_proved() -> None:
 
 
 def test_prove_cli_writes_a_livelock_that_replays_on_model_and_engine(tmp_path, capsys) -> None:
-    from sut.simulate import simulate_engine
+    from loopcheck.sut.simulate import simulate_engine
 
     junit = tmp_path / "prove.xml"
     assert main(["prove", "--json", "--out", str(tmp_path), "--junit", str(junit)]) == 0
@@ -132,7 +132,7 @@ def test_prove_rejects_bad_bounds(capsys) -> None:
 
 
 def test_a_rule_changed_in_the_model_alone_fails_prove(monkeypatch, capsys) -> None:
-    import model.reference as ref
+    import loopcheck.model.reference as ref
 
     def like_unguarded(self, i, active):
         cands = self.victims(lambda s: s.priority > self.specs[i].priority)

@@ -13,11 +13,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import model.reference as ref
-from fuzz.strategies import configs, workloads
-from model.workload import Workload
-from proofs import binding
-from proofs.binding import admission_run_disagreement, ordered, run_disagreement, solved_states, step_disagreement
+import loopcheck.model.reference as ref
+from loopcheck.fuzz.strategies import configs, workloads
+from loopcheck.model.workload import Workload
+from loopcheck.proofs import binding
+from loopcheck.proofs.binding import (
+    admission_run_disagreement,
+    ordered,
+    run_disagreement,
+    solved_states,
+    step_disagreement,
+)
 
 SLOW = [HealthCheck.too_slow, HealthCheck.filter_too_much]
 
@@ -102,7 +108,7 @@ def test_a_rule_changed_in_the_model_alone_is_caught_by_the_binding(monkeypatch,
 def test_an_encoding_that_drifts_is_caught(monkeypatch) -> None:
     from pathlib import Path
 
-    from model.workload import load_workload
+    from loopcheck.model.workload import load_workload
 
     w = in_class(load_workload(Path(__file__).parent.parent / "examples" / "livelock.json"))
     assert run_disagreement(w, {"random-run states": 0}) is None

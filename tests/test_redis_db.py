@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from fuzz.campaign import run_campaign
+from loopcheck.fuzz.campaign import run_campaign
 
 redis = pytest.importorskip("redis")
 

@@ -8,17 +8,17 @@ from dataclasses import replace
 
 import pytest
 
-from checks.base import Violation
-from checks.rules import DocumentedRules
-from checks.suite import CheckSet
-from fuzz.campaign import run_campaign
-from model.config import Config
-from model.events import Event
-from model.workload import RequestSpec, Workload
-from sut.driver import run_workload
-from sut.model_sut import ModelSUT
-from sut.protocol import Internals
-from sut.torch_sut import TorchSUT
+from loopcheck.checks.base import Violation
+from loopcheck.checks.rules import DocumentedRules
+from loopcheck.checks.suite import CheckSet
+from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
+from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.sut.driver import run_workload
+from loopcheck.sut.model_sut import ModelSUT
+from loopcheck.sut.protocol import Internals
+from loopcheck.sut.torch_sut import TorchSUT
 
 
 def contended(**overrides) -> Workload:
@@ -84,7 +84,7 @@ def test_a_snapshot_held_after_finish_is_seen() -> None:
 
 
 def _keep_guard(monkeypatch) -> None:
-    from model import reference
+    from loopcheck.model import reference
 
     original = reference._Step.admit
 
@@ -97,7 +97,7 @@ def _keep_guard(monkeypatch) -> None:
 
 
 def _keep_bypasses(monkeypatch) -> None:
-    from model import reference
+    from loopcheck.model import reference
 
     original = reference._Step.admit
 
@@ -111,7 +111,7 @@ def _keep_bypasses(monkeypatch) -> None:
 
 
 def _most_urgent_victim(monkeypatch) -> None:
-    from model import reference
+    from loopcheck.model import reference
 
     original = reference._Step.victims
     monkeypatch.setattr(reference._Step, "victims", lambda self, eligible: original(self, eligible)[::-1])

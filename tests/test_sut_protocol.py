@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from checks.suite import checks_for
+from loopcheck.checks.suite import checks_for
 from loopcheck.cli import main
-from model.config import Config
-from model.workload import RequestSpec, Workload, load_workload
-from sut.driver import run_workload
-from sut.protocol import ProtocolError
+from loopcheck.model.config import Config
+from loopcheck.model.workload import RequestSpec, Workload, load_workload
+from loopcheck.sut.driver import run_workload
+from loopcheck.sut.protocol import ProtocolError
 from tests.broken_adapters import (
     NegativeBlocksHeld,
     NoneStep,

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from checks.suite import CheckSet, checks_for
-from fuzz.campaign import run_campaign
-from fuzz.strategies import Shape
+from loopcheck.checks.suite import CheckSet, checks_for
 from loopcheck.cli import main
-from model.config import Config
-from model.workload import RequestSpec, Workload, load_workload
-from sut.driver import run_workload
+from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.strategies import Shape
+from loopcheck.model.config import Config
+from loopcheck.model.workload import RequestSpec, Workload, load_workload
+from loopcheck.sut.driver import run_workload
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM is not installed: run scripts/install-vllm.sh")
@@ -27,13 +27,13 @@ EXAMPLES = Path(__file__).parent.parent / "examples" / "vllm"
 
 
 def vllm_config(**changes) -> Config:
-    from sut.vllm_sut import PINNED
+    from loopcheck.sut.vllm_sut import PINNED
 
     return Config(**{**Config().to_json(), **PINNED, **changes})
 
 
 def factory():
-    from sut.vllm_sut import VllmSUT
+    from loopcheck.sut.vllm_sut import VllmSUT
 
     return VllmSUT
 
@@ -84,7 +84,7 @@ def test_fuzzing_finds_each_bug_from_scratch(tmp_path, shape, props) -> None:
 def test_a_config_vllm_refuses_is_one_error_line(tmp_path, capsys) -> None:
     bad = Workload(vllm_config(max_num_seqs=4, max_num_batched_tokens=2), (RequestSpec("a", (1,), 1),))
     path = tmp_path / "w.json"
-    from model.workload import save_workload
+    from loopcheck.model.workload import save_workload
 
     save_workload(bad, path)
     assert main(["simulate", str(path), "--adapter", "vllm"]) == 2

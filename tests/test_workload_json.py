@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from model.errors import WorkloadError
-from model.workload import SCHEMA, load_workload, save_workload, workload_from_json
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.workload import SCHEMA, load_workload, save_workload, workload_from_json
 from tests.helpers import req, workload
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from model.config import Config
-from model.events import Event, RequestOutput
-from model.workload import RequestSpec
-from sut.protocol import Capabilities, Observation
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event, RequestOutput
+from loopcheck.model.workload import RequestSpec
+from loopcheck.sut.protocol import Capabilities, Observation
 
 PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
               allocation="incremental", watermark_blocks=0, execution="mixed")

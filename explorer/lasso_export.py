@@ -9,10 +9,10 @@ from pathlib import Path
 
 import networkx as nx
 
-from model.explore import variant
-from model.liveness import Lasso
-from model.state import SchedState
-from model.workload import Workload
+from loopcheck.explorer.explore import variant
+from loopcheck.explorer.liveness import Lasso
+from loopcheck.model.state import SchedState
+from loopcheck.model.workload import Workload
 
 
 def lasso_workload(workload: Workload, spread: int, lasso: Lasso) -> Workload:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model.liveness import Liveness
+from loopcheck.explorer.liveness import Liveness
 
 
 @dataclass
@@ -19,4 +19,4 @@ class Survey:
     complete: bool
     liveness: Liveness
     collision_probability: float   # that a fingerprint collision merged two states (upper estimate)
-    explored: int   # states of variants surveyed; the others' figures were derived (`model.survey.translated`)
+    explored: int   # states of variants surveyed; the others' figures were derived (`survey.translated`)

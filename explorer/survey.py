@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.context import ForkContext
 from typing import Any
 
-from model.explore import (
+from loopcheck.explorer.explore import (
     Caps,
     Exploration,
     FutureGraph,
@@ -41,10 +41,10 @@ from model.explore import (
     shifts_of,
     variant,
 )
-from model.figures import Survey
-from model.head_tail import survey_of_variant
-from model.liveness import Lasso, Liveness, analyse
-from model.workload import Workload
+from loopcheck.explorer.figures import Survey
+from loopcheck.explorer.head_tail import survey_of_variant
+from loopcheck.explorer.liveness import Lasso, Liveness, analyse
+from loopcheck.model.workload import Workload
 
 BLOCKS = 1024   # a family is folded in at most this many blocks
 FORK_AFTER = 0.01   # seconds a survey runs on its own process before it starts workers ...

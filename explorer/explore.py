@@ -42,10 +42,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from model.events import Event, TokenOutcome
-from model.reference import step
-from model.state import FINISHED, ReqState, SchedState, initial_state
-from model.workload import RequestSpec, Workload
+from loopcheck.model.events import Event, TokenOutcome
+from loopcheck.model.reference import step
+from loopcheck.model.state import FINISHED, ReqState, SchedState, initial_state
+from loopcheck.model.workload import RequestSpec, Workload
 
 PROGRESS_EVERY = 5000   # states between progress reports and memory checks
 YOUNG_COLLECTION_EVERY = 100_000   # allocations between the cyclic collector's young passes while exploring

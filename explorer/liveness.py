@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
-from model.events import Event
-from model.explore import Exploration, Stops, canonical_successors, horizon_of, root_of
-from model.state import SchedState
-from model.workload import Workload
+from loopcheck.explorer.explore import Exploration, Stops, canonical_successors, horizon_of, root_of
+from loopcheck.model.events import Event
+from loopcheck.model.state import SchedState
+from loopcheck.model.workload import Workload
 
 ENTRIES_TRIED = 50   # cycle entries of one component tried for a realisable lasso
 

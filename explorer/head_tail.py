@@ -20,11 +20,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from model.explore import PROGRESS_EVERY, Caps, FutureGraph, Timing, collision_chance, root_of, variant_pairs
-from model.figures import Survey
-from model.liveness import Liveness
-from model.state import FINISHED
-from model.workload import Workload
+from loopcheck.explorer.explore import (
+    PROGRESS_EVERY,
+    Caps,
+    FutureGraph,
+    Timing,
+    collision_chance,
+    root_of,
+    variant_pairs,
+)
+from loopcheck.explorer.figures import Survey
+from loopcheck.explorer.liveness import Liveness
+from loopcheck.model.state import FINISHED
+from loopcheck.model.workload import Workload
 
 Drain = tuple[int, int, int]   # can drain (0 or 1), most steps, most preemptions from a state till drained
 
