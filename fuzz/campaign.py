@@ -20,6 +20,7 @@ from hypothesis.stateful import get_state_machine_test
 
 from loopcheck.checks.base import Violation
 from loopcheck.checks.suite import CheckSet
+from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.directed import Director
 from loopcheck.fuzz.machine import (
     LAST_FAILURE,
@@ -31,12 +32,15 @@ from loopcheck.fuzz.machine import (
     recorded_violation,
     write_counterexample,
 )
+from loopcheck.fuzz.mutate import Limits
 from loopcheck.fuzz.seeds import derived_seed
 from loopcheck.fuzz.shrink import shrink
 from loopcheck.fuzz.strategies import DEFAULT_SHAPE, Shape, configs
 from loopcheck.model.config import Config, regression_config
 from loopcheck.model.errors import StopRequest, WorkloadError, exit_code
 from loopcheck.model.workload import Workload, load_workload, workload_from_json
+from loopcheck.sut.code import code_paths
+from loopcheck.sut.coverage import EdgeCoverage
 from loopcheck.sut.driver import run_workload
 from loopcheck.sut.loader import capabilities_of
 from loopcheck.sut.protocol import SutFactory
@@ -146,9 +150,11 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
                  db: str | None = None, factory: SutFactory = TorchSUT, checks: CheckSet = LOCKSTEP,
                  shape: Shape = DEFAULT_SHAPE, batch_examples: int = 20, max_replays: int | None = None,
                  progress: Callable[[str], None] | None = None, fixed: dict[str, Any] | None = None,
-                 keep_going: bool = False, max_examples: int | None = None) -> CampaignResult:
-    """Replay the directed failures the database kept, then run seeded batches
-    (each followed by a directed round) until a property breaks or the budget is
+                 keep_going: bool = False, max_examples: int | None = None, guidance: str | None = None
+                 ) -> CampaignResult:
+    """Replay the directed failures and the corpus the database kept, then run
+    seeded batches, each followed by the rounds of the `guidance` (GUIDANCE;
+    default `default_guidance`), until a property breaks or the budget is
     spent; then shrink the failure and write it. With `keep_going`, each finding
     is shrunk and written once and the search goes on with its signature (as
     found and as shrunk) ignored, until the budget is spent: every distinct bug,
@@ -175,18 +181,31 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
         stats.ticker = lambda: progress(progress_line(time.monotonic() - start, stats))
         stats.next_tick = start + Stats.TICK
     shape_run = shape if caps.abort else replace(shape, aborts="off")   # no aborts the system cannot do
+    guides = guidance or default_guidance(caps.semantics)
     director = Director(directed_configs(mode, policy, pinned), max_prompt, derived_seed(seed_value, "directed"),
-                        shape_run)
+                        shape_run) if guides in ("model", "both") else None
+    if guides in ("system", "both"):
+        stats.coverage = EdgeCoverage(code_paths(caps.code)) if caps.code else None
+        stats.corpus = Corpus(Limits(shape_run, pinned, caps.abort), derived_seed(seed_value, "corpus"),
+                              hunt.database, CORPUS_KEY + system_name(factory).encode())
+
+    def guided_rounds() -> None:
+        if director is not None:
+            run_recorded(((w, windows) for w, windows in director.next_round(stats.deadline)), hunt)
+        if stats.corpus is not None and hunt.found is None:
+            run_recorded(((w, Counter()) for w in stats.corpus.next_round()), hunt)
+
     batches = iter(range(10**9))
     try:
         with StopRequest.deferred():   # a signal stops the run at the next driver action
             saved = [(workload_from_json(json.loads(v)), Counter()) for v in sorted(hunt.database.fetch(DIRECTED_KEY))]
-            run_directed(saved, hunt)   # the directed failures of earlier campaigns first
+            run_recorded(saved, hunt)   # the directed failures of earlier campaigns first
+            if stats.corpus is not None and hunt.found is None:   # then the corpus they kept
+                run_recorded(((w, Counter()) for w in stats.corpus.saved()), hunt)
             while True:
                 if hunt.found is None:
                     machine = machine_class(strategy, factory, hunt.checks, out, stats, max_prompt, max_tokens, shape)
-                    run_batches(machine, hunt, seed_value, batches, batch_examples,
-                                lambda: run_directed(director.next_round(stats.deadline), hunt))
+                    run_batches(machine, hunt, seed_value, batches, batch_examples, guided_rounds)
                 if hunt.found is None:
                     break
                 finding = finalise(hunt, result.findings, max_replays or DEFAULT_REPLAYS,
@@ -201,7 +220,11 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
         if hunt.found is not None and (out / LAST_FAILURE).exists():   # found, not yet written (finalise)
             result.findings.append(kept_unshrunk(hunt, result.findings))
     result.seconds = time.monotonic() - start
-    stats.ticker = None   # (the result may cross to another process: it keeps no hook)
+    if stats.corpus is not None:
+        stats.guidance = {"corpus entries": len(stats.corpus.entries), "features": len(stats.corpus.counts),
+                          "code edges": sum(f[0] == "edge" for f in stats.corpus.counts)}
+    # (the result may cross to another process: it keeps no hook, no code objects, no database)
+    stats.ticker, stats.coverage, stats.corpus = None, None, None
     return result
 
 
@@ -266,15 +289,28 @@ def directed_configs(mode: str, policy: str, pinned: dict[str, Any]) -> list[st.
     return [own] + [config_strategy(mode, policy, {**f, **pinned})[0] for f in focus]
 
 
-DIRECTED_KEY = b"loopcheck:directed-failures"   # failing directed workloads in the example database
+DIRECTED_KEY = b"loopcheck:directed-failures"   # failing guided workloads in the example database
+CORPUS_KEY = b"loopcheck:corpus:"               # + the system's name: its corpus in the example database
+GUIDANCE = ("model", "system", "both")
 
 
-def run_directed(runs: Iterable[tuple[Workload, Counter]], hunt: Hunt) -> None:
-    """Run window-directed workloads, each with the windows it opens (a round's,
-    or the failing ones the database kept), on the system, within the budget
-    (`Stats.spent`), but those whose config the system refuses. Keep the first
-    violation in `hunt.found`, recorded like the machine's, and save its
-    workload in the database."""
+def default_guidance(semantics: str | None) -> str:
+    """Both kinds for a system with loopcheck's semantics (the reference model can
+    aim at its rare windows), the system's own for any other."""
+    return "both" if semantics == "loopcheck" else "system"
+
+
+def system_name(factory: SutFactory) -> str:
+    """The factory as MODULE:NAME (the key of the system's corpus)."""
+    return f"{getattr(factory, '__module__', '')}:{getattr(factory, '__qualname__', type(factory).__name__)}"
+
+
+def run_recorded(runs: Iterable[tuple[Workload, Counter]], hunt: Hunt) -> None:
+    """Run recorded workloads (a guided round's, or those the database kept),
+    each with the rare windows it opens (directed rounds; empty for others), on
+    the system, within the budget (`Stats.spent`), but those whose config the
+    system refuses. Keep the first violation in `hunt.found`, recorded like the
+    machine's, and save its workload in the database."""
     stats = hunt.stats
     for w, windows in runs:
         StopRequest.check()
@@ -282,7 +318,7 @@ def run_directed(runs: Iterable[tuple[Workload, Counter]], hunt: Hunt) -> None:
             return
         stats.new_example()
         try:
-            run = run_workload(w, hunt.factory, hunt.checks.build(), on_step=stats.note_step)
+            run = run_workload(w, hunt.factory, hunt.checks.build(), on_step=stats.note_step, coverage=stats.coverage)
         except WorkloadError:
             continue   # the system refuses this config, as it may refuse the machine's draws: the next workload
         stats.examples += 1

@@ -21,11 +21,14 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, preco
 
 from loopcheck.checks.base import Violation, ignored, matches
 from loopcheck.checks.suite import CheckSet
+from loopcheck.fuzz.corpus import Corpus
+from loopcheck.fuzz.features import run_features
 from loopcheck.fuzz.strategies import DEFAULT_SHAPE, VOCAB, Shape, request_bodies
 from loopcheck.model.config import Config
 from loopcheck.model.errors import StopRequest, WorkloadError
 from loopcheck.model.events import Event
 from loopcheck.model.workload import RequestSpec, Workload, save_workload
+from loopcheck.sut.coverage import EdgeCoverage
 from loopcheck.sut.driver import Driver, RunEnded
 from loopcheck.sut.loader import capabilities_of
 from loopcheck.sut.protocol import Observation, SutFactory
@@ -53,6 +56,10 @@ class Stats:
     max_examples: int | None = None   # examples after which no new one starts (a work bound)
     preempted: set[str] = field(default_factory=set)         # requests preempted and not back yet
     ever_preempted: set[str] = field(default_factory=set)
+    held: list[int] = field(default_factory=list)            # blocks held after each step of the current run
+    coverage: EdgeCoverage | None = None   # the system's code edges in the current run, where guidance measures them
+    corpus: Corpus | None = None           # where runs' features are noted (guidance from the system itself)
+    guidance: dict[str, int] = field(default_factory=dict)   # what the corpus held at the end, for the summary
 
     TICK = 2.0
 
@@ -62,7 +69,7 @@ class Stats:
                 or (self.max_examples is not None and self.examples >= self.max_examples))
 
     def new_example(self) -> None:
-        self.preempted, self.ever_preempted = set(), set()
+        self.preempted, self.ever_preempted, self.held = set(), set(), []
 
     def rare_branches(self, events: list[Event]) -> list[str]:
         """Branches only a sequence of events shows: a preemption whose requester is
@@ -89,6 +96,11 @@ class Stats:
         signatures of the ignored findings it met (by its checks, or the crash,
         hang or liveness finding that ended it), and of the finding after one."""
         self.not_run.update(driver.skipped.items())
+        if self.corpus is not None and driver.specs:
+            cfg = driver.cfg
+            self.corpus.note(driver.workload(), run_features(cfg.num_blocks, cfg.block_size, driver.specs,
+                                                             driver.trace, self.held, driver.coverage and
+                                                             driver.coverage.edges))
         ended = driver.ended_by
         direct = ended is not None and matches(ended, driver.ignore) and not ignored(driver.checks)
         self.ignored.update({v.signature for _, v in ignored(driver.checks)} | ({ended.signature} if direct else set()))
@@ -98,6 +110,7 @@ class Stats:
     def note_step(self, events: list[Event], obs: Observation) -> None:
         """Scheduler branches, as far as events show them; and the ticker, when due."""
         self.steps += 1
+        self.held.append(obs.blocks_held)
         if self.ticker is not None and time.monotonic() >= self.next_tick:
             self.next_tick = time.monotonic() + self.TICK
             self.ticker()
@@ -177,7 +190,7 @@ class LoopcheckMachine(RuleBasedStateMachine):
         if self.budget_spent():
             return
         try:
-            self.driver = Driver(cls.factory, config, cls.checks.build(), cls.stats.note_step)
+            self.driver = Driver(cls.factory, config, cls.checks.build(), cls.stats.note_step, cls.stats.coverage)
         except WorkloadError:
             reject()   # the system refuses this config: draw another
         self.guarded(self.driver.raise_failure)   # a crash while building the system is a finding

@@ -11,7 +11,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from loopcheck.fuzz.campaign import BRANCHES, CampaignResult, Finding, main_progress, run_campaign
+from loopcheck.fuzz.campaign import BRANCHES, GUIDANCE, CampaignResult, Finding, main_progress, run_campaign
 from loopcheck.fuzz.directed import WINDOWS
 from loopcheck.fuzz.seeds import derived_seed
 from loopcheck.fuzz.strategies import Shape
@@ -43,6 +43,10 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", default="", metavar="NAME=on|off|INT,...",
                    help=f"workload features: {', '.join(Shape.__dataclass_fields__)} (default all on)")
     p.add_argument("--db", help="example database: a folder (default OUT/db) or redis://host:port/n")
+    p.add_argument("--guidance", choices=GUIDANCE, default=None,
+                   help="what aims the rounds between random batches: model (windows the reference model "
+                        "reads), system (coverage of the system's own code, trace features, a corpus and its "
+                        "mutations) or both; default: both for systems with loopcheck's semantics, else system")
     p.add_argument("--keep-going", action="store_true",
                    help="report every distinct bug: shrink and write each finding once, then go on with its "
                         "signature ignored until the budget is spent")
@@ -50,14 +54,15 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def _worker(job: tuple) -> CampaignResult:
-    adapter, checks, policy, budget, seed_value, out, mode, db, shape, replays, keep_going, max_examples, label = job
+    adapter, checks, policy, budget, seed_value, out, mode, db, shape, replays, keep_going, max_examples, guidance, \
+        label = job
 
     def progress(line: str) -> None:
         main_progress(f"{label}{line}")
 
     return run_campaign(policy, budget, seed_value, Path(out), mode, db, load_factory(adapter), checks,
                         Shape.parse(shape), max_replays=replays, progress=progress if label is not None else None,
-                        keep_going=keep_going, max_examples=max_examples)
+                        keep_going=keep_going, max_examples=max_examples, guidance=guidance)
 
 
 def with_replays(argv: list[str], replays: int) -> list[str]:
@@ -91,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.budget_seconds:g}", "--seed", str(seed_value), "--out", args.out, "--configs", configs,
             "--workers", str(args.workers), "--shape", str(shape)]
     argv += ["--db", args.db] if args.db else []
+    argv += ["--guidance", args.guidance] if args.guidance else []
     argv += ["--keep-going"] if args.keep_going else []
     argv += ["--max-examples", str(args.max_examples)] if args.max_examples is not None else []
     argv += ["--json"] if args.json else []
@@ -98,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     banner(seed_value, argv, sys.stderr)
     jobs = [(args.adapter, checks, args.policy, args.budget_seconds, derived_seed(seed_value, "worker", w),
              str(Path(args.out) / f"w{w}"), configs, args.db or str(Path(args.out) / "db"), str(shape),
-             args.shrink_replays, args.keep_going, args.max_examples,
+             args.shrink_replays, args.keep_going, args.max_examples, args.guidance,
              None if args.json else (f"w{w} " if args.workers > 1 else ""))
             for w in range(args.workers)]
     if args.workers == 1:
@@ -119,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
         "steps": sum(r.stats.steps for r in results),
         "branches_covered": sorted({b for r in results for b in BRANCHES if r.stats.branches[b]}),
         "windows": {name: sum(r.stats.windows[name] for r in results) for name in WINDOWS},
+        "guidance": {name: sum(r.stats.guidance.get(name, 0) for r in results)
+                     for name in ("corpus entries", "features", "code edges")},
         "checks_not_run": checks_not_run(sum((r.stats.not_run for r in results), Counter())),
         "ignored": [{"signature": signature, "runs": runs}
                     for signature, runs in sorted(sum((r.stats.ignored for r in results), Counter()).items())],
@@ -137,8 +145,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"{summary['examples']} examples, {summary['steps']} steps, scheduler branches "
               f"{len(summary['branches_covered'])}/{len(BRANCHES)}: {' '.join(summary['branches_covered'])}")
-        print("rare windows run (directed rounds): "
-              + " ".join(f"{name}={count}" for name, count in summary["windows"].items()))
+        if any(summary["windows"].values()):
+            print("rare windows run (directed rounds): "
+                  + " ".join(f"{name}={count}" for name, count in summary["windows"].items()))
+        if summary["guidance"]["features"]:
+            print("guidance from the system: " + ", ".join(f"{count} {name}"
+                                                          for name, count in summary["guidance"].items()))
         if summary["checks_not_run"]:
             print(not_run_line(summary["checks_not_run"], summary["examples"]))
         if summary["ignored"]:

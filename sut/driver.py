@@ -11,7 +11,7 @@ import signal
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,6 +23,7 @@ from loopcheck.model.events import Event
 from loopcheck.model.simulate import Counters
 from loopcheck.model.workload import InputSchedule, RequestSpec, Workload
 from loopcheck.sut.code import code_paths, innermost, site
+from loopcheck.sut.coverage import EdgeCoverage
 from loopcheck.sut.protocol import (
     Internals,
     Observation,
@@ -122,7 +123,7 @@ class Driver:
     """
 
     def __init__(self, factory: SutFactory, cfg: Config, checks: Sequence[Check] = (),
-                 on_step: OnStep | None = None) -> None:
+                 on_step: OnStep | None = None, coverage: EdgeCoverage | None = None) -> None:
         self.cfg = cfg
         self.factory = factory
         self.t = 0
@@ -135,6 +136,9 @@ class Driver:
         self.ended_by: Violation | None = None
         self.ignore = frozenset().union(*(c.ignore for c in checks if isinstance(c, Ignoring)))
         self.own: tuple[str, ...] = ()   # the paths of the system's own code (capabilities.code)
+        self.coverage = coverage         # counts the system's code edges inside its verbs, from zero
+        if coverage is not None:
+            coverage.reset()
         self.last_input = 0          # the step of the latest add or abort
         self.inputs_until = -1       # inputs are scheduled up to this step (recorded workloads)
         self.checks: list[Check] = []
@@ -268,7 +272,7 @@ class Driver:
         """Call into the SUT; any exception it raises is a crash violation, and,
         `watched`, a call that runs past CALL_TIMEOUT seconds a hang."""
         try:
-            with watchdog(CALL_TIMEOUT if watched else None):
+            with watchdog(CALL_TIMEOUT if watched else None), self.coverage or nullcontext():
                 return fn()
         except (ProtocolError, WorkloadError, Violation, RunEnded):
             raise
@@ -292,12 +296,13 @@ class Run:
 
 
 def run_workload(workload: Workload, factory: SutFactory, checks: Sequence[Check] = (),
-                 max_steps: int | None = None, on_step: OnStep | None = None) -> Run:
+                 max_steps: int | None = None, on_step: OnStep | None = None,
+                 coverage: EdgeCoverage | None = None) -> Run:
     """Drive a recorded workload (arrivals and aborts by step). With checks, drain
     within their cap (or `max_steps`) and run their end tests; without, run until
     drained or `max_steps`. A run an ignored finding ended (`Driver.ended_by`)
     has no violation and has not drained."""
-    driver = Driver(factory, workload.config, checks, on_step)
+    driver = Driver(factory, workload.config, checks, on_step, coverage)
     last = max((max(s.arrival, s.abort_at or 0) for s in workload.requests), default=0)
     driver.inputs_until = last
     inputs = InputSchedule(workload.requests)

@@ -175,6 +175,7 @@ def test_the_example_database_keeps_failures_for_the_next_campaign(tmp_path) -> 
 def test_rare_branches_are_read_from_event_sequences() -> None:
     from loopcheck.fuzz.machine import Stats
     from loopcheck.model.events import Event
+    from loopcheck.sut.protocol import Observation
 
     stats = Stats()
     stats.new_example()
@@ -182,7 +183,7 @@ def test_rare_branches_are_read_from_event_sequences() -> None:
     step2 = [Event("preempt", "v2", ("w2", True))]                              # w2 not admitted: futile
     step3 = [Event("resume", "v", (0, 2)), Event("preempt", "v", ("w", True)), Event("abort", "v2", ())]
     for events in (step1, step2, step3):
-        stats.note_step(events, None)
+        stats.note_step(events, Observation())
     assert stats.branches["preempt+futile"] == 2      # step 3's preemption is not paired either
     assert stats.branches["preempt+again"] == 1 and stats.branches["abort+preempted"] == 1
 

@@ -264,8 +264,9 @@ def test_the_watchdog_stops_what_catches_exceptions_and_leaves_the_alarm_as_it_w
 
 def test_a_system_that_refuses_some_configs_is_fuzzed_on_the_others(tmp_path) -> None:
     """A factory may refuse a config (WorkloadError; here vLLM's rule, a token
-    budget below the slots): the machine draws another and a directed round goes
-    on to its next workload; the campaign runs clean to its budget. Where the
+    budget below the slots): the machine draws another and a guided round (of
+    the model's windows, or of the corpus) goes on to its next workload; the
+    campaign runs clean to its budget. Where the
     system refuses the unconstrained config of the output check (here a pool
     past 6 blocks), there is nothing to compare with: the run passes, with that
     check listed as not run (a campaign counts the runs each check did not run
@@ -278,9 +279,10 @@ def test_a_system_that_refuses_some_configs_is_fuzzed_on_the_others(tmp_path) ->
             raise WorkloadError("config.max_num_batched_tokens: this system needs at least max_num_seqs")
         return ToyScheduler(cfg)
     result = run_campaign("guarded", 6, 1, tmp_path, mode="random", factory=like_vllm, checks=CheckSet("property"),
-                          batch_examples=5)
+                          batch_examples=5, guidance="both")
     assert result.violation is None and result.interrupted is None
     assert result.stats.examples > 20 and sum(result.stats.windows.values()) > 0   # directed rounds ran
+    assert result.stats.guidance["corpus entries"] > 0                            # and corpus rounds
     assert refused
     assert result.stats.not_run[("rules", "the system does not claim loopcheck's semantics")] == \
         result.stats.examples

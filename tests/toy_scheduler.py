@@ -93,7 +93,7 @@ class ToyScheduler:
     def __init__(self, cfg: Config, bugs: frozenset[str] = frozenset()) -> None:
         self.cfg, self.bugs = cfg, bugs
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
-                                         pinned=PINNED, block_tables=True)
+                                         pinned=PINNED, block_tables=True, code=(__name__,))
         self.pool = Pool(cfg.num_blocks, "stale-key" in bugs)
         self.pending: list[RequestSpec] = []
         self.aborting: list[str] = []

@@ -1,0 +1,135 @@
+"""What a run did, as a set of features, for guidance that needs no model of the
+system: event patterns of its trace, pool occupancy and queue lengths, and the
+edges its own code took (sut/coverage.py). A workload whose run shows a feature
+no earlier run showed goes into the corpus (fuzz/corpus.py).
+
+Counts are put in buckets (1, 2, 3, 4-7, 8-15, ...), as AFL does with edge
+hits: a loop taken twice is news after it was taken once, the 9th time is not.
+Each feature is a tuple whose first item names its kind.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable
+
+from loopcheck.model.events import Event
+from loopcheck.model.workload import RequestSpec
+
+Feature = Hashable
+# Features that only tell a run is new, too fine to aim at: the ones a target is chosen from are the others.
+NOVELTY_ONLY = ("occupancy", "edge-hits")
+WORK = ("prefill", "token")
+
+
+def bucket(n: int) -> int:
+    """0, 1, 2, 3, then one bucket per power of two (4-7 -> 4, 8-15 -> 8, ...)."""
+    return n if n < 4 else 1 << (n.bit_length() - 1)
+
+
+class TraceFeatures:
+    """Features of one run, folded step by step from its events and
+    observations (`fold`), plus its coverage (`add_edges`):
+
+    - within a step, per request, the kinds of its events in order (a request
+      admitted, worked and preempted in one step), and each pair of kinds that
+      happen in the step at all;
+    - per request across steps, the kind of its last event before the step and
+      the first in it (resumed, then preempted again), and how often it was
+      preempted and resumed (bucketed);
+    - prefix-cache hits on admission and resumption: after a preemption or not,
+      in buckets, and whether the request that computed a hit page's tokens
+      first had finished or been preempted by then;
+    - pool occupancy in eighths of the pool, and waiting and running counts
+      (bucketed), each step;
+    - the system's code edges with their hit counts (bucketed).
+    """
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.num_blocks, self.block_size = max(num_blocks, 1), block_size
+        self.found: set[Feature] = set()
+        self.last: dict[str, str] = {}            # request -> kind of its last event
+        self.status: dict[str, str] = {}          # request -> waiting | running | preempted | finished
+        self.preempted: Counter[str] = Counter()
+        self.resumed: Counter[str] = Counter()
+        self.first_holder: dict[tuple[int, ...], str] = {}   # a page's tokens -> the request that worked on it first
+        self.prompts: dict[str, tuple[int, ...]] = {}
+
+    def submitted(self, rid: str, prompt: tuple[int, ...]) -> None:
+        self.prompts[rid] = prompt
+        self.status[rid] = "waiting"
+
+    def fold(self, events: list[Event], blocks_held: int) -> None:
+        """One step's events and the blocks held after it."""
+        found = self.found
+        per_request: dict[str, list[str]] = {}
+        kinds = sorted({e.kind for e in events})
+        for i, a in enumerate(kinds):
+            for b in kinds[i:]:
+                found.add(("step-pair", a, b))
+        for e in events:
+            seq = per_request.setdefault(e.rid, [])
+            if not seq and e.rid in self.last:
+                found.add(("across-steps", self.last[e.rid], e.kind))
+            if not seq or seq[-1] != e.kind:
+                seq.append(e.kind)
+            self._request_event(e)
+            self.last[e.rid] = e.kind
+        for kinds_of_request in per_request.values():
+            found.add(("in-step", tuple(kinds_of_request)))
+        waiting = sum(s in ("waiting", "preempted") for s in self.status.values())
+        running = sum(s == "running" for s in self.status.values())
+        found.add(("occupancy", min(8, 8 * blocks_held // self.num_blocks), bucket(waiting), bucket(running)))
+
+    def _request_event(self, e: Event) -> None:
+        found, rid = self.found, e.rid
+        if e.kind in ("admit", "resume"):
+            hits = e.args[0]
+            if e.kind == "resume":
+                self.resumed[rid] += 1
+                found.add(("resumed", bucket(self.resumed[rid]), bucket(self.preempted[rid])))
+            if hits:
+                found.add(("hit", e.kind, bucket(hits), self.preempted[rid] > 0))
+                for k in range(hits):
+                    owner = self.first_holder.get(self.prompts[rid][:(k + 1) * self.block_size])
+                    if owner is not None and owner != rid:
+                        found.add(("hit-page-of", e.kind, self.status.get(owner)))
+            self.status[rid] = "running"
+        elif e.kind == "preempt":
+            self.preempted[rid] += 1
+            self.status[rid] = "preempted"
+            found.add(("preempted", bucket(self.preempted[rid]), e.args[0] == rid, self.last.get(rid)))
+        elif e.kind in WORK:
+            self.status[rid] = "running"
+            if e.kind == "prefill":
+                prompt = self.prompts[rid]
+                for end in range(self.block_size, min(e.args[1], len(prompt)) + 1, self.block_size):
+                    self.first_holder.setdefault(prompt[:end], rid)
+        elif e.kind == "finish":
+            self.status[rid] = "finished"
+            found.add(("finish", e.args[0], bucket(self.preempted[rid])))
+        elif e.kind in ("abort", "reject"):
+            found.add((e.kind, self.status.get(rid)))
+
+    def add_edges(self, edges: Counter) -> None:
+        """The system's code edges this run took, each alone and with its hit
+        count bucketed."""
+        self.found.update(("edge", edge) for edge in edges)
+        self.found.update(("edge-hits", edge, bucket(n)) for edge, n in edges.items())
+
+
+def run_features(num_blocks: int, block_size: int, specs: list[RequestSpec], trace: list[list[Event]],
+                 held: list[int], edges: Counter | None = None) -> set[Feature]:
+    """The features of a run: its requests as submitted (each arriving at its
+    step), its trace, the blocks held after each step, and its code edges."""
+    features = TraceFeatures(num_blocks, block_size)
+    by_step: dict[int, list[RequestSpec]] = {}
+    for spec in specs:
+        by_step.setdefault(spec.arrival, []).append(spec)
+    for t, events in enumerate(trace):
+        for spec in by_step.get(t, ()):
+            features.submitted(spec.rid, spec.prompt)
+        features.fold(events, held[t] if t < len(held) else 0)
+    if edges:
+        features.add_edges(edges)
+    return features.found

@@ -1,0 +1,233 @@
+"""Structured mutations of a workload: the small edits that turn a run that
+reached something new into one that goes a step further (fuzz/corpus.py).
+
+Each mutation changes one thing a scheduler's decisions turn on: a request
+added, removed, moved in time or resized; prompts that share a prefix up to a
+page boundary, one token before or after it, or all of it; priorities swapped;
+an abort placed at a step; the pool, the token budget, the slots or the chunk
+size made tighter or looser; prefix caching or priority preemption switched. Only
+what the shape allows, and only config fields
+the system does not pin.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from loopcheck.fuzz.strategies import OFF, ON, VOCAB, Shape
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.reference import never_fits
+from loopcheck.model.workload import RequestSpec, Workload
+
+MAX_REQUESTS = 12
+MAX_PROMPT = 48
+MAX_TOKENS = 12
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What mutants may contain: the shape's features, the config fields the
+    system pins, whether it can abort."""
+
+    shape: Shape
+    pinned: dict[str, Any]
+    can_abort: bool = True
+
+    def allows(self, w: Workload) -> bool:
+        """Whether `w` keeps to the shape and to the pinned fields."""
+        s, cfg = self.shape, w.config
+        if not w.requests or len(w.requests) > MAX_REQUESTS:
+            return False
+        if any(getattr(cfg, k) != v for k, v in self.pinned.items()):
+            return False
+        if s.oversized == OFF and any(never_fits(r, cfg) for r in w.requests):
+            return False
+        if (s.aborts == OFF or not self.can_abort) and any(r.abort_at is not None for r in w.requests):
+            return False
+        if s.priorities != ON and len({r.priority for r in w.requests}) > 1:
+            return False
+        return all(max(r.prompt) < cfg.vocab_size and 0 < len(r.prompt) <= MAX_PROMPT for r in w.requests)
+
+
+Mutation = Callable[[Workload, random.Random], Workload | None]
+
+
+def _with(w: Workload, i: int, r: RequestSpec | None) -> Workload:
+    reqs = list(w.requests)
+    if r is None:
+        del reqs[i]
+    else:
+        reqs[i] = r
+    return Workload(w.config, tuple(reqs))
+
+
+def _pick(w: Workload, rng: random.Random) -> tuple[int, RequestSpec]:
+    i = rng.randrange(len(w.requests))
+    return i, w.requests[i]
+
+
+def _fresh_id(w: Workload) -> str:
+    taken = {r.rid for r in w.requests}
+    n = len(w.requests)
+    while f"m{n}" in taken:
+        n += 1
+    return f"m{n}"
+
+
+def _near_page(length: int, block_size: int, rng: random.Random) -> int:
+    """A length at a page boundary, one before or one after it, at most `length`."""
+    pages = max(1, length // block_size)
+    cut = rng.randint(1, pages) * block_size + rng.choice((-1, 0, 0, 1))
+    return max(1, min(length, cut))
+
+
+def add_request(w: Workload, rng: random.Random) -> Workload | None:
+    """A new request: an exact clone of a prompt, a prompt sharing a prefix near
+    a page boundary, or a fresh one; arriving around the others."""
+    _, src = _pick(w, rng)
+    bs = w.config.block_size
+    choice = rng.randrange(3)
+    if choice == 0:
+        prompt = src.prompt
+    elif choice == 1:
+        head = src.prompt[:_near_page(len(src.prompt), bs, rng)]
+        prompt = head + tuple(rng.randrange(VOCAB) for _ in range(rng.randint(0, 2 * bs)))
+    else:
+        prompt = tuple(rng.randrange(VOCAB) for _ in range(rng.randint(1, 3 * bs)))
+    last = max(r.arrival for r in w.requests)
+    spec = RequestSpec(_fresh_id(w), prompt, rng.randint(1, 6), arrival=rng.randint(0, last + 3),
+                       priority=src.priority + rng.choice((-1, 0, 1)), stop_token=src.stop_token)
+    return Workload(w.config, w.requests + (spec,))
+
+
+def remove_request(w: Workload, rng: random.Random) -> Workload | None:
+    return _with(w, rng.randrange(len(w.requests)), None) if len(w.requests) > 1 else None
+
+
+def shift_request(w: Workload, rng: random.Random) -> Workload | None:
+    i, r = _pick(w, rng)
+    by = rng.choice((-3, -2, -1, 1, 2, 3))
+    if r.arrival + by < 0:
+        return None
+    return _with(w, i, replace(r, arrival=r.arrival + by, abort_at=None if r.abort_at is None else r.abort_at + by))
+
+
+def resize_prompt(w: Workload, rng: random.Random) -> Workload | None:
+    """A prompt cut near a page boundary, or grown by up to two pages."""
+    i, r = _pick(w, rng)
+    bs = w.config.block_size
+    if rng.random() < 0.5 and len(r.prompt) > 1:
+        return _with(w, i, replace(r, prompt=r.prompt[:_near_page(len(r.prompt) - 1, bs, rng)]))
+    grown = r.prompt + tuple(rng.randrange(VOCAB) for _ in range(rng.randint(1, 2 * bs)))
+    return _with(w, i, replace(r, prompt=grown))
+
+
+def resize_output(w: Workload, rng: random.Random) -> Workload | None:
+    i, r = _pick(w, rng)
+    return _with(w, i, replace(r, max_tokens=rng.randint(1, min(MAX_TOKENS, 2 * r.max_tokens + 1))))
+
+
+def share_prefix(w: Workload, rng: random.Random) -> Workload | None:
+    """Request j's prompt starts with request i's first tokens, up to a page
+    boundary, one before or one after it; or all of i's prompt (a clone)."""
+    if len(w.requests) < 2:
+        return None
+    i, j = rng.sample(range(len(w.requests)), 2)
+    src, dst = w.requests[i].prompt, w.requests[j]
+    head = src if rng.random() < 0.25 else src[:_near_page(len(src), w.config.block_size, rng)]
+    return _with(w, j, replace(dst, prompt=head + dst.prompt[len(head):]))
+
+
+def diverge_prefix(w: Workload, rng: random.Random) -> Workload | None:
+    """One token changed near a page boundary of a prompt."""
+    i, r = _pick(w, rng)
+    at = min(len(r.prompt) - 1, _near_page(len(r.prompt), w.config.block_size, rng) - rng.randint(0, 1))
+    prompt = list(r.prompt)
+    prompt[at] = (prompt[at] + rng.randint(1, VOCAB - 1)) % VOCAB
+    return _with(w, i, replace(r, prompt=tuple(prompt)))
+
+
+def swap_priorities(w: Workload, rng: random.Random) -> Workload | None:
+    if len(w.requests) < 2:
+        return None
+    i, j = rng.sample(range(len(w.requests)), 2)
+    a, b = w.requests[i], w.requests[j]
+    if rng.random() < 0.5:
+        return _with(_with(w, i, replace(a, priority=b.priority)), j, replace(b, priority=a.priority))
+    return _with(w, i, replace(a, priority=min(r.priority for r in w.requests) - 1))
+
+
+def place_abort(w: Workload, rng: random.Random) -> Workload | None:
+    i, r = _pick(w, rng)
+    if r.abort_at is not None and rng.random() < 0.3:
+        return _with(w, i, replace(r, abort_at=None))
+    return _with(w, i, replace(r, abort_at=r.arrival + rng.randint(0, 8)))
+
+
+def _config(w: Workload, **changes: Any) -> Workload | None:
+    try:
+        return Workload(replace(w.config, **changes), w.requests)
+    except WorkloadError:
+        return None
+
+
+def tighten_pool(w: Workload, rng: random.Random) -> Workload | None:
+    cfg = w.config
+    return _config(w, num_blocks=max(cfg.planes, cfg.num_blocks + cfg.planes * rng.choice((-3, -2, -1, -1, 1, 2))))
+
+
+def tighten_budget(w: Workload, rng: random.Random) -> Workload | None:
+    cfg = w.config
+    field = rng.choice(("max_num_batched_tokens", "max_num_seqs", "prefill_chunk_size"))
+    return _config(w, **{field: max(1, getattr(cfg, field) + rng.choice((-2, -1, -1, 1, 2)))})
+
+
+def flip_switch(w: Workload, rng: random.Random) -> Workload | None:
+    field = rng.choice(("prefix_caching", "priority_preemption"))
+    return _config(w, **{field: not getattr(w.config, field)})
+
+
+REQUEST_MUTATIONS: tuple[Mutation, ...] = (add_request, remove_request, shift_request, resize_prompt, resize_output,
+                                           share_prefix, diverge_prefix)
+CONFIG_MUTATIONS: tuple[Mutation, ...] = (tighten_pool, tighten_budget, flip_switch)
+
+
+def mutations(limits: Limits) -> tuple[Mutation, ...]:
+    """The mutations the limits allow."""
+    extra: list[Mutation] = []
+    if limits.shape.priorities == ON:
+        extra.append(swap_priorities)
+    if limits.shape.aborts == ON and limits.can_abort:
+        extra.append(place_abort)
+    return REQUEST_MUTATIONS + tuple(extra) + CONFIG_MUTATIONS
+
+
+def splice(w: Workload, other: Workload, rng: random.Random) -> Workload:
+    """`w` with some of `other`'s requests added (renamed, moved by up to three
+    steps), as AFL splices two inputs: two runs that each reached something
+    rare, now contending for one pool."""
+    taken = rng.sample(other.requests, rng.randint(1, len(other.requests)))
+    by = rng.randint(0, 3)
+    added = []
+    for r in taken[:MAX_REQUESTS - len(w.requests)]:
+        rid = _fresh_id(Workload(w.config, w.requests + tuple(added)))
+        added.append(replace(r, rid=rid, arrival=r.arrival + by,
+                             abort_at=None if r.abort_at is None else r.abort_at + by))
+    return Workload(w.config, w.requests + tuple(added))
+
+
+def mutate(w: Workload, rng: random.Random, limits: Limits, tries: int = 20) -> Workload | None:
+    """`w` with one to three mutations stacked, kept to the limits (None if no
+    try gave an allowed, different workload)."""
+    chosen = mutations(limits)
+    for _ in range(tries):
+        out: Workload | None = w
+        for _ in range(rng.choice((1, 1, 2, 3))):
+            out = rng.choice(chosen)(out, rng) if out is not None else None
+        if out is not None and out != w and limits.allows(out):
+            return out
+    return None
+

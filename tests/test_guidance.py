@@ -1,0 +1,130 @@
+"""Guidance from the system under test: coverage of its own code, trace
+features, structured mutations and the corpus that aims them."""
+
+from __future__ import annotations
+
+import random
+import textwrap
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+from benchmarks.subjects.hashsched import PINNED, factory
+from loopcheck.checks.suite import CheckSet
+from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.corpus import Corpus
+from loopcheck.fuzz.features import bucket, run_features
+from loopcheck.fuzz.mutate import Limits, mutate, share_prefix
+from loopcheck.fuzz.strategies import Shape
+from loopcheck.model.config import Config
+from loopcheck.model.events import Event
+from loopcheck.model.reference import never_fits
+from loopcheck.model.workload import RequestSpec, Workload, load_workload
+from loopcheck.sut.code import code_paths
+from loopcheck.sut.coverage import EdgeCoverage
+from loopcheck.sut.driver import run_workload
+
+CFG = Config(**{**Config().to_json(), **PINNED, "num_blocks": 12, "block_size": 2, "prefix_caching": True,
+                "priority_preemption": True})
+
+
+def test_coverage_counts_edges_only_in_the_systems_files_and_only_while_entered(tmp_path, monkeypatch) -> None:
+    (tmp_path / "own_sched.py").write_text(textwrap.dedent("""
+        def pick(n):
+            total = 0
+            for i in range(n):
+                total += i
+            return total
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import own_sched
+
+    cov = EdgeCoverage(code_paths(("own_sched",)))
+    own_sched.pick(3)                     # outside: not counted
+    with cov:
+        own_sched.pick(3)
+        sorted([3, 1, 2])                 # not the system's code
+    files = {edge[0] for edge in cov.edges}
+    assert files == {own_sched.__file__}
+    first = min(edge[1] for edge in cov.edges)
+    loop = [(a, b) for (_, _, a, b), n in cov.edges.items() if n == 3]   # the loop body ran three times
+    assert loop and all(a >= first for a, _ in loop)
+    cov.reset()
+    assert not cov.edges
+
+
+def test_features_name_what_the_trace_did() -> None:
+    a, b = RequestSpec("a", (1, 2, 3, 4, 5), 2), RequestSpec("b", (1, 2, 3, 4, 9), 2, arrival=1, priority=-1)
+    trace = [[Event("arrive", "a"), Event("admit", "a", (0,)), Event("prefill", "a", (0, 5, 1))],
+             [Event("arrive", "b"), Event("preempt", "a", ("b", False)), Event("admit", "b", (2,))],
+             [Event("resume", "a", (2, 0)), Event("prefill", "a", (4, 5, 1))]]
+    found = run_features(12, 2, [a, b], trace, [3, 3, 5], Counter({("f.py", 1, 0, 2): 5}))
+    assert ("in-step", ("arrive", "admit", "prefill")) in found
+    assert ("across-steps", "prefill", "preempt") in found
+    assert ("preempted", 1, False, "prefill") in found
+    assert ("hit", "admit", 2, False) in found and ("hit", "resume", 2, True) in found
+    assert ("hit-page-of", "admit", "preempted") in found    # b hits pages a computed, a is preempted
+    assert ("resumed", 1, 1) in found
+    assert ("edge", ("f.py", 1, 0, 2)) in found and ("edge-hits", ("f.py", 1, 0, 2), 4) in found
+    assert [bucket(n) for n in (0, 1, 3, 4, 7, 8, 100)] == [0, 1, 3, 4, 4, 8, 64]
+
+
+def test_mutants_keep_to_the_shape_and_the_pinned_fields() -> None:
+    base = Workload(CFG, (RequestSpec("a", (1, 2, 3, 4, 5), 3), RequestSpec("b", (6, 7), 2, arrival=2)))
+    shape = Shape.parse("priorities=off,aborts=off,oversized=off")
+    limits = Limits(shape, PINNED)
+    rng = random.Random(4)
+    seen = 0
+    for _ in range(400):
+        w = mutate(base, rng, limits)
+        if w is None:
+            continue
+        seen += 1
+        assert all(getattr(w.config, k) == v for k, v in PINNED.items())
+        assert len({r.priority for r in w.requests}) == 1 and all(r.abort_at is None for r in w.requests)
+        assert not any(never_fits(r, w.config) for r in w.requests) and w != base
+        assert len({r.rid for r in w.requests}) == len(w.requests)
+    assert seen > 300
+    assert not limits.allows(replace(base, requests=(replace(base.requests[0], priority=1), base.requests[1])))
+
+
+def test_a_shared_prefix_ends_at_a_page_boundary_one_before_it_or_one_after() -> None:
+    base = Workload(CFG, (RequestSpec("a", tuple(range(10, 19)), 1), RequestSpec("b", tuple(range(30, 39)), 1)))
+    rng, ends = random.Random(1), set()
+    for _ in range(300):
+        w = share_prefix(base, rng)
+        assert w is not None
+        src, dst = sorted(w.requests, key=lambda r: r.prompt[0] != 10)
+        if dst.prompt[0] == 10:   # a took b's prefix: swap roles
+            src, dst = dst, src
+        ends.add(next((k for k in range(9) if src.prompt[k] != dst.prompt[k]), 9))
+    assert {1, 2, 3, 4, 5} <= ends
+
+
+def test_the_corpus_keeps_what_is_new_and_aims_at_what_is_rare() -> None:
+    limits = Limits(Shape(), PINNED)
+    w = Workload(CFG, (RequestSpec("a", (1, 2, 3), 2),))
+    corpus = Corpus(limits, seed=3)
+    assert corpus.note(w, {("edge", "common"), ("occupancy", 1)})
+    assert not corpus.note(w, {("edge", "common")})
+    for _ in range(5):
+        corpus.note(w, {("edge", "common")})
+    rare = Workload(CFG, (RequestSpec("b", (4, 5, 6, 7), 1),))
+    assert corpus.note(rare, {("edge", "common"), ("edge", "rare")})
+    assert corpus.counts[("edge", "rare")] == 1 and corpus.showing[("edge", "rare")] == [1]
+    assert ("occupancy", 1) not in corpus.showing   # novelty only: never a target
+    twin = Corpus(limits, seed=3)
+    twin.entries, twin.counts, twin.showing = list(corpus.entries), Counter(corpus.counts), dict(corpus.showing)
+    assert twin.next_round() == corpus.next_round()   # the same seed and state: the same round
+    assert corpus.target() in (("edge", "rare"), ("edge", "common"))
+
+
+def test_guidance_from_the_system_finds_a_deep_prefix_cache_bug(tmp_path: Path) -> None:
+    """The eager-hash bug of the benchmark scheduler (a page hashed when its chunk
+    is scheduled, kept when a preemption in the same step takes the chunk out):
+    found from scratch, within a work bound, by guidance from the system."""
+    result = run_campaign("guarded", 600, 1, tmp_path, "random", factory=factory("eager-hash"),
+                          checks=CheckSet("property"), max_examples=4000, max_replays=50, guidance="system")
+    assert result.violation is not None and result.violation.prop in ("prefix-hits", "kv-hit-blocks")
+    clean = run_workload(load_workload(result.counterexample), factory(), CheckSet("property").build())
+    assert clean.violation is None and clean.drained   # the same workload, the bug not planted
