@@ -182,7 +182,9 @@ class KvHitBlocks(Check):
         for pages in tables.values():
             for block in {b for page in pages for b in page}:
                 holders[block] = holders.get(block, 0) + 1
-        self._forget_unseen_writes(events, view.tokens_before, view.requests, bs, holders)
+        hit_blocks = {b for e, contents in view.hit_pages for page in tables.get(e.rid, [])[:len(contents)]
+                      for b in page}
+        self._forget_unseen_writes(events, view.tokens_before, view.requests, bs, holders, hit_blocks)
         for e, contents in view.hit_pages:
             for k, page in enumerate(tables.get(e.rid, [])[:len(contents)]):
                 for block in page:
@@ -196,13 +198,15 @@ class KvHitBlocks(Check):
         self.tables = tables
 
     def _forget_unseen_writes(self, events: list[Event], tokens_before: list[int], requests: dict[str, RequestView],
-                              bs: int, holders: dict[int, int]) -> None:
+                              bs: int, holders: dict[int, int], hit_blocks: set[int]) -> None:
         """Forget what the blocks hold that a request wrote in this step where no
         table after it shows them: it worked and is not running. Pages its
         previous table listed name their blocks; a page past them is any block
-        free in the step: any block no table lists now, but, when it alone wrote
-        such pages, its own other blocks (a request holds its pages through a
-        step)."""
+        free in the step: any block no table lists now or that a hit of this step
+        reads (a request admitted in the step may hit a page another computes in
+        the same step, as vLLM's do, and that one may finish in it), but, when it
+        alone wrote such pages, its own other blocks (a request holds its pages
+        through a step)."""
         written: dict[str, set[int]] = {}   # request -> pages its work of this step wrote
         for e, before in zip(events, tokens_before, strict=True):
             r = requests[e.rid]
@@ -217,7 +221,7 @@ class KvHitBlocks(Check):
                 for block in (table[k] if k < len(table) else ()):
                     self.held.pop(block, None)
         if unlisted:
-            keep = set(holders)
+            keep = set(holders) - hit_blocks
             if len(unlisted) == 1:
                 keep.update(b for page in self.tables.get(unlisted[0], []) for b in page)
             self.held = {b: held for b, held in self.held.items() if b in keep}

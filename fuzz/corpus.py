@@ -16,6 +16,7 @@ one corpus; a campaign runs the entries it finds there first.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -23,25 +24,30 @@ from dataclasses import dataclass
 from hypothesis.database import ExampleDatabase
 
 from loopcheck.fuzz.features import NOVELTY_ONLY, Feature
-from loopcheck.fuzz.mutate import Limits, mutate, splice
+from loopcheck.fuzz.mutate import Limits, mutate, splice, stop_at_output
+from loopcheck.fuzz.strategies import ON
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import Workload, workload_from_json
 
 LOADED = 200   # entries a campaign takes from the database at most (the first, in sorted order)
 RAREST = 16    # a round's target is one of this many rarest features
 SPLICED = 0.25  # the share of mutants that start from a parent spliced with another entry
+STOPPED = 0.15  # the share of the others whose parent first gets a stop token its run produced
 
 
 @dataclass
 class Entry:
     workload: Workload
-    new: frozenset[Feature]   # the features its run showed first
+    new: frozenset[Feature]                       # the features its run showed first
+    outputs: dict[str, tuple[int, ...]]           # the tokens its run gave each request
 
 
 class Corpus:
     """Entries in the order found; over every run noted, how many showed each
     feature; and, per feature one can aim at, the entries whose runs showed it.
-    `key` names the system's entries in `database` (None: kept only in memory)."""
+    `key` names the system's entries in `database` (None: kept only in memory).
+    Nothing depends on the order of a set of features (string hashes differ
+    from process to process): the same seed and runs give the same rounds."""
 
     def __init__(self, limits: Limits, seed: int, database: ExampleDatabase | None = None,
                  key: bytes | None = None, per_round: int = 12) -> None:
@@ -52,18 +58,22 @@ class Corpus:
         self.rng = random.Random(seed)
         self.rounds = 0
 
-    def note(self, workload: Workload, features: set[Feature]) -> bool:
-        """Count a run's features; keep its workload if it showed a new one
-        (and save it in the database). Whether it was kept."""
+    def note(self, workload: Workload, features: set[Feature],
+             outputs: dict[str, tuple[int, ...]] | None = None) -> bool:
+        """Count a run's features; keep its workload, with the tokens its run gave
+        each request, if it showed a new one (and save it in the database).
+        Whether it was kept."""
         new = frozenset(f for f in features if f not in self.counts)
         self.counts.update(features)
         if not new:
             return False
         index = len(self.entries)
-        self.entries.append(Entry(workload, new))
-        for f in features:
-            if f[0] not in NOVELTY_ONLY:
-                self.showing.setdefault(f, []).append(index)
+        self.entries.append(Entry(workload, new, outputs or {}))
+        aimable = [f for f in features if f[0] not in NOVELTY_ONLY]
+        for f in sorted((f for f in aimable if f not in self.showing), key=repr):   # (the same order in any process)
+            self.showing[f] = []
+        for f in aimable:
+            self.showing[f].append(index)
         if self.database is not None and self.key is not None:
             self.database.save(self.key, json.dumps(workload.to_json(), sort_keys=True).encode())
         return True
@@ -85,7 +95,7 @@ class Corpus:
 
     def energy(self, entry: Entry) -> float:
         """How much an entry is worth mutating: the rarity of what it showed first."""
-        return sum(1.0 / self.counts[f] for f in entry.new)
+        return math.fsum(1.0 / self.counts[f] for f in entry.new)   # (exact: the same in any order)
 
     def target(self) -> Feature | None:
         """One of the RAREST aimable features by how many runs showed them (ties in
@@ -113,6 +123,8 @@ class Corpus:
             start = parent.workload
             if self.rng.random() < SPLICED and len(self.entries) > 1:
                 start = splice(start, self.rng.choices(self.entries, weights=weights)[0].workload, self.rng)
+            elif self.rng.random() < STOPPED and parent.outputs and self.limits.shape.stop_tokens == ON:
+                start = stop_at_output(start, parent.outputs, self.rng)
             child = mutate(start, self.rng, self.limits)
             if child is not None:
                 out.append(child)

@@ -100,7 +100,8 @@ class Stats:
             cfg = driver.cfg
             self.corpus.note(driver.workload(), run_features(cfg.num_blocks, cfg.block_size, driver.specs,
                                                              driver.trace, self.held, driver.coverage and
-                                                             driver.coverage.edges))
+                                                             driver.coverage.edges),
+                             {rid: tuple(r.token_ids) for rid, r in driver.view.requests.items()})
         ended = driver.ended_by
         direct = ended is not None and matches(ended, driver.ignore) and not ignored(driver.checks)
         self.ignored.update({v.signature for _, v in ignored(driver.checks)} | ({ended.signature} if direct else set()))

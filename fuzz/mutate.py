@@ -49,7 +49,8 @@ class Limits:
             return False
         if s.priorities != ON and len({r.priority for r in w.requests}) > 1:
             return False
-        return all(max(r.prompt) < cfg.vocab_size and 0 < len(r.prompt) <= MAX_PROMPT for r in w.requests)
+        return all(max(r.prompt) < cfg.vocab_size and 0 < len(r.prompt) <= MAX_PROMPT
+                   and (r.stop_token is None or 0 <= r.stop_token < cfg.vocab_size) for r in w.requests)
 
 
 Mutation = Callable[[Workload, random.Random], Workload | None]
@@ -217,6 +218,18 @@ def splice(w: Workload, other: Workload, rng: random.Random) -> Workload:
         added.append(replace(r, rid=rid, arrival=r.arrival + by,
                              abort_at=None if r.abort_at is None else r.abort_at + by))
     return Workload(w.config, w.requests + tuple(added))
+
+
+def stop_at_output(w: Workload, outputs: dict[str, tuple[int, ...]], rng: random.Random) -> Workload:
+    """A request's stop token set to a token its run produced (the first one
+    half the time: a stop token as the first output), read off the run."""
+    produced = [i for i, r in enumerate(w.requests) if outputs.get(r.rid)]
+    if not produced:
+        return w
+    i = rng.choice(produced)
+    tokens = outputs[w.requests[i].rid]
+    stop = tokens[0] if rng.random() < 0.5 else rng.choice(tokens)
+    return _with(w, i, replace(w.requests[i], stop_token=stop))
 
 
 def mutate(w: Workload, rng: random.Random, limits: Limits, tries: int = 20) -> Workload | None:

@@ -85,6 +85,30 @@ class VllmSUT:
         self.outputs: dict[str, RequestOutput] = {}
         self.preempted: set[str] = set()
         self.steps = 0
+        self.requesters: dict[str, str] = {}   # victim -> the request vLLM preempted it for, this step
+        self._watch_preemptions()
+
+    def _watch_preemptions(self) -> None:
+        """Name each preemption's requester: vLLM preempts inside the loop that
+        allocates a running request's slots, for that request. The scheduler's
+        own `allocate_slots` and `_preempt_request` are wrapped on this instance
+        to record which request was allocating when a victim was preempted; what
+        they do is unchanged."""
+        manager, scheduler = self.scheduler.kv_cache_manager, self.scheduler
+        allocate, preempt = manager.allocate_slots, scheduler._preempt_request
+        allocating: list[str] = []
+
+        def allocate_slots(request: Any, *args: Any, **kwargs: Any) -> Any:
+            allocating[:] = [request.request_id]
+            return allocate(request, *args, **kwargs)
+
+        def preempt_request(request: Any, *args: Any, **kwargs: Any) -> Any:
+            if allocating:
+                self.requesters[request.request_id] = allocating[0]
+            return preempt(request, *args, **kwargs)
+
+        manager.allocate_slots = allocate_slots
+        scheduler._preempt_request = preempt_request
 
     def add(self, spec: RequestSpec) -> None:
         self.pending.append(spec)
@@ -119,10 +143,12 @@ class VllmSUT:
             for rid in live:
                 events += [Event("abort", rid), Event("finish", rid, ("abort",))]
                 self.outputs[rid].finish_reason = "abort"
+        self.requesters = {}
         so = self.scheduler.schedule()
         for rid in sorted(so.preempted_req_ids or ()):
             self.preempted.add(rid)
-            events.append(Event("preempt", rid, (None, True)))
+            by = self.requesters.get(rid)
+            events.append(Event("preempt", rid, (by if by in self.outputs else None, True)))
         reqs = self.scheduler.requests
         new = {r.req_id for r in so.scheduled_new_reqs} | set(getattr(so.scheduled_cached_reqs, "resumed_req_ids",
                                                                         ()) or ())

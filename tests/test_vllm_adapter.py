@@ -93,3 +93,26 @@ def test_a_config_vllm_refuses_is_one_error_line(tmp_path, capsys) -> None:
     save_workload(Workload(Config(), (RequestSpec("a", (1,), 1),)), path)
     assert main(["simulate", str(path), "--adapter", "vllm"]) == 2
     assert "this system supports only num_loops=1" in capsys.readouterr().err
+
+
+def test_a_hit_on_a_page_another_request_computes_in_the_same_step_is_no_stale_read() -> None:
+    """vLLM admits r10 with a hit on the page r9 computes in the same step (its
+    hash is registered when r9's slots are allocated; both run in one forward
+    pass, which writes the page before it is read), and r9 finishes in that
+    step. kv-hit-blocks took the block as still holding what an earlier request
+    left there (found by a campaign, shrunk to these 4 requests); it holds r9's
+    page."""
+    cfg = vllm_config(num_blocks=3, block_size=2, max_num_seqs=3, max_num_batched_tokens=7, prefill_chunk_size=2,
+                      prefix_caching=True, priority_preemption=True)
+    w = Workload(cfg, (RequestSpec("r6", (45, 16, 40), 3), RequestSpec("r8", (37, 50, 35, 26, 35), 1, stop_token=4),
+                       RequestSpec("r9", (6, 36), 1), RequestSpec("r10", (6, 36, 47), 2)))
+    run = run_workload(w, factory(), checks_for("property"))
+    step4 = [(e.kind, e.rid, e.args) for e in run.driver.trace[4]]
+    assert ("admit", "r10", (1,)) in step4 and ("finish", "r9", ("length",)) in step4
+    assert run.violation is None and run.drained
+
+
+def test_a_preemption_names_the_request_vllm_was_allocating_for() -> None:
+    run = run_workload(load_workload(Path("examples/vllm/uncomputed_prefix_hit.json")), factory())
+    preempts = [(e.rid, e.args) for evs in run.driver.trace for e in evs if e.kind == "preempt"]
+    assert preempts == [("r2", ("r0", True))]
