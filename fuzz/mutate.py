@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from loopcheck.fuzz.shrink import with_request
 from loopcheck.fuzz.strategies import OFF, ON, VOCAB, Shape
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.reference import never_fits
@@ -54,15 +55,6 @@ class Limits:
 
 
 Mutation = Callable[[Workload, random.Random], Workload | None]
-
-
-def _with(w: Workload, i: int, r: RequestSpec | None) -> Workload:
-    reqs = list(w.requests)
-    if r is None:
-        del reqs[i]
-    else:
-        reqs[i] = r
-    return Workload(w.config, tuple(reqs))
 
 
 def _pick(w: Workload, rng: random.Random) -> tuple[int, RequestSpec]:
@@ -105,7 +97,7 @@ def add_request(w: Workload, rng: random.Random) -> Workload | None:
 
 
 def remove_request(w: Workload, rng: random.Random) -> Workload | None:
-    return _with(w, rng.randrange(len(w.requests)), None) if len(w.requests) > 1 else None
+    return with_request(w, rng.randrange(len(w.requests)), None) if len(w.requests) > 1 else None
 
 
 def shift_request(w: Workload, rng: random.Random) -> Workload | None:
@@ -113,7 +105,8 @@ def shift_request(w: Workload, rng: random.Random) -> Workload | None:
     by = rng.choice((-3, -2, -1, 1, 2, 3))
     if r.arrival + by < 0:
         return None
-    return _with(w, i, replace(r, arrival=r.arrival + by, abort_at=None if r.abort_at is None else r.abort_at + by))
+    return with_request(w, i, replace(r, arrival=r.arrival + by,
+                                      abort_at=None if r.abort_at is None else r.abort_at + by))
 
 
 def resize_prompt(w: Workload, rng: random.Random) -> Workload | None:
@@ -121,14 +114,14 @@ def resize_prompt(w: Workload, rng: random.Random) -> Workload | None:
     i, r = _pick(w, rng)
     bs = w.config.block_size
     if rng.random() < 0.5 and len(r.prompt) > 1:
-        return _with(w, i, replace(r, prompt=r.prompt[:_near_page(len(r.prompt) - 1, bs, rng)]))
+        return with_request(w, i, replace(r, prompt=r.prompt[:_near_page(len(r.prompt) - 1, bs, rng)]))
     grown = r.prompt + tuple(rng.randrange(VOCAB) for _ in range(rng.randint(1, 2 * bs)))
-    return _with(w, i, replace(r, prompt=grown))
+    return with_request(w, i, replace(r, prompt=grown))
 
 
 def resize_output(w: Workload, rng: random.Random) -> Workload | None:
     i, r = _pick(w, rng)
-    return _with(w, i, replace(r, max_tokens=rng.randint(1, min(MAX_TOKENS, 2 * r.max_tokens + 1))))
+    return with_request(w, i, replace(r, max_tokens=rng.randint(1, min(MAX_TOKENS, 2 * r.max_tokens + 1))))
 
 
 def share_prefix(w: Workload, rng: random.Random) -> Workload | None:
@@ -139,7 +132,7 @@ def share_prefix(w: Workload, rng: random.Random) -> Workload | None:
     i, j = rng.sample(range(len(w.requests)), 2)
     src, dst = w.requests[i].prompt, w.requests[j]
     head = src if rng.random() < 0.25 else src[:_near_page(len(src), w.config.block_size, rng)]
-    return _with(w, j, replace(dst, prompt=head + dst.prompt[len(head):]))
+    return with_request(w, j, replace(dst, prompt=head + dst.prompt[len(head):]))
 
 
 def diverge_prefix(w: Workload, rng: random.Random) -> Workload | None:
@@ -148,7 +141,7 @@ def diverge_prefix(w: Workload, rng: random.Random) -> Workload | None:
     at = min(len(r.prompt) - 1, _near_page(len(r.prompt), w.config.block_size, rng) - rng.randint(0, 1))
     prompt = list(r.prompt)
     prompt[at] = (prompt[at] + rng.randint(1, VOCAB - 1)) % VOCAB
-    return _with(w, i, replace(r, prompt=tuple(prompt)))
+    return with_request(w, i, replace(r, prompt=tuple(prompt)))
 
 
 def swap_priorities(w: Workload, rng: random.Random) -> Workload | None:
@@ -157,15 +150,15 @@ def swap_priorities(w: Workload, rng: random.Random) -> Workload | None:
     i, j = rng.sample(range(len(w.requests)), 2)
     a, b = w.requests[i], w.requests[j]
     if rng.random() < 0.5:
-        return _with(_with(w, i, replace(a, priority=b.priority)), j, replace(b, priority=a.priority))
-    return _with(w, i, replace(a, priority=min(r.priority for r in w.requests) - 1))
+        return with_request(with_request(w, i, replace(a, priority=b.priority)), j, replace(b, priority=a.priority))
+    return with_request(w, i, replace(a, priority=min(r.priority for r in w.requests) - 1))
 
 
 def place_abort(w: Workload, rng: random.Random) -> Workload | None:
     i, r = _pick(w, rng)
     if r.abort_at is not None and rng.random() < 0.3:
-        return _with(w, i, replace(r, abort_at=None))
-    return _with(w, i, replace(r, abort_at=r.arrival + rng.randint(0, 8)))
+        return with_request(w, i, replace(r, abort_at=None))
+    return with_request(w, i, replace(r, abort_at=r.arrival + rng.randint(0, 8)))
 
 
 def _config(w: Workload, **changes: Any) -> Workload | None:
@@ -229,7 +222,7 @@ def stop_at_output(w: Workload, outputs: dict[str, tuple[int, ...]], rng: random
     i = rng.choice(produced)
     tokens = outputs[w.requests[i].rid]
     stop = tokens[0] if rng.random() < 0.5 else rng.choice(tokens)
-    return _with(w, i, replace(w.requests[i], stop_token=stop))
+    return with_request(w, i, replace(w.requests[i], stop_token=stop))
 
 
 def mutate(w: Workload, rng: random.Random, limits: Limits, tries: int = 20) -> Workload | None:
