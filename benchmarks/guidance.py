@@ -19,6 +19,7 @@ from loopcheck.checks.suite import checks_for
 from loopcheck.fuzz.directed import draw_workloads
 from loopcheck.fuzz.features import run_features
 from loopcheck.fuzz.strategies import configs, workloads
+from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import Workload
 from loopcheck.report import table
 from loopcheck.sut.code import code_paths
@@ -46,6 +47,15 @@ def per_step(factory: SutFactory, ws: list[Workload], mode: str) -> float:
     return 1e6 * (time.perf_counter() - start) / max(steps, 1)
 
 
+def accepts(factory: SutFactory, w: Workload) -> bool:
+    """Whether the system takes the workload's config (vLLM refuses some)."""
+    try:
+        capabilities_of(factory, w.config)
+    except WorkloadError:
+        return False
+    return True
+
+
 def systems() -> list[tuple[str, Callable[[], SutFactory]]]:
     from loopcheck.sut.torch_sut import TorchSUT
 
@@ -66,7 +76,8 @@ def main() -> None:
     for name, make in systems():
         factory = make()
         pinned = capabilities_of(factory).pinned
-        ws = draw_workloads(workloads(configs(**pinned), max_requests=6), args.seed, args.workloads)
+        ws = [w for w in draw_workloads(workloads(configs(**pinned), max_requests=6), args.seed, args.workloads)
+              if accepts(factory, w)]
         cost = {mode: statistics.median(per_step(factory, ws, mode) for _ in range(3))
                 for mode in ("plain", "coverage", "features")}
         rows.append([name, f"{cost['plain']:.0f}", f"{cost['coverage']:.0f}", f"{cost['features']:.0f}",
