@@ -182,13 +182,11 @@ class KvHitBlocks(Check):
         for pages in tables.values():
             for block in {b for page in pages for b in page}:
                 holders[block] = holders.get(block, 0) + 1
-        hit_blocks = {b for e, contents in view.hit_pages for page in tables.get(e.rid, [])[:len(contents)]
-                      for b in page}
-        self._forget_unseen_writes(events, view.tokens_before, view.requests, bs, holders, hit_blocks)
-        for e, contents in view.hit_pages:
-            for k, page in enumerate(tables.get(e.rid, [])[:len(contents)]):
-                for block in page:
-                    self._judge_hit(e, k, block, contents[k], holders)
+        hits = [(e, k, block, contents[k]) for e, contents in view.hit_pages
+                for k, page in enumerate(tables.get(e.rid, [])[:len(contents)]) for block in page]
+        self._forget_unseen_writes(events, view.tokens_before, view.requests, bs, holders, {h[2] for h in hits})
+        for e, k, block, content in hits:
+            self._judge_hit(e, k, block, content, holders)
         for r in running:
             for k, page in enumerate(tables[r.spec.rid]):
                 end = (k + 1) * bs

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from loopcheck.checks.base import Check, Ignoring
 from loopcheck.checks.futility import GuardedFutility
@@ -21,9 +20,6 @@ from loopcheck.checks.rules import DocumentedRules
 from loopcheck.checks.safety import Caps, KvConservation, KvHitBlocks, KvTables
 from loopcheck.model.errors import WorkloadError
 from loopcheck.sut.driver import DRIVER_PROPERTIES
-
-if TYPE_CHECKING:
-    pass
 
 MODES = ("property", "lockstep")
 
@@ -66,6 +62,7 @@ class CheckSet:
     ignore: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
+        known = properties()
         for entry in sorted(self.ignore):
             prop, at, where = entry.partition("@")
             if at and not where:
@@ -75,8 +72,8 @@ class CheckSet:
                 raise WorkloadError(f"--ignore: {prop!r} is the driver's own finding ({', '.join(DRIVER_PROPERTIES)}: "
                                     "the system crashed, hung or did not drain); ignore one by its signature "
                                     f"({prop}@FILE:LINE..., as a summary prints it), not all of them")
-            if prop not in DRIVER_PROPERTIES and prop not in properties():
-                raise WorkloadError(f"--ignore: unknown property {prop!r} (known: {', '.join(properties())})")
+            if prop not in DRIVER_PROPERTIES and prop not in known:
+                raise WorkloadError(f"--ignore: unknown property {prop!r} (known: {', '.join(known)})")
 
     def build(self) -> list[Check]:
         """Fresh instances."""

@@ -191,7 +191,7 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
 
     def guided_rounds() -> None:
         if director is not None:
-            run_recorded(((w, windows) for w, windows in director.next_round(stats.deadline)), hunt)
+            run_recorded(director.next_round(stats.deadline), hunt)
         if stats.corpus is not None and hunt.found is None:
             run_recorded(((w, Counter()) for w in stats.corpus.next_round()), hunt)
 
@@ -218,7 +218,8 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
     except KeyboardInterrupt as exc:
         result.interrupted = exit_code(exc)
         if hunt.found is not None and (out / LAST_FAILURE).exists():   # found, not yet written (finalise)
-            result.findings.append(kept_unshrunk(hunt, result.findings))
+            result.findings.append(kept_unshrunk(hunt, result.findings, "interrupted: the counterexample is not "
+                                                                        "shrunk"))
     result.seconds = time.monotonic() - start
     if stats.corpus is not None:
         stats.guidance = {"corpus entries": len(stats.corpus.entries), "features": len(stats.corpus.counts),
@@ -228,14 +229,14 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
     return result
 
 
-def kept_unshrunk(hunt: Hunt, earlier: list[Finding]) -> Finding:
-    """The finding being handled when an interrupt came, its file as found."""
+def kept_unshrunk(hunt: Hunt, earlier: list[Finding], why: str) -> Finding:
+    """The finding being handled, its file as found (not shrunk, for `why`)."""
     assert hunt.found is not None
     path = numbered_path(hunt.out, hunt.found.prop, earlier)
     (hunt.out / LAST_FAILURE).replace(path)
     found = load_workload(path)
     return Finding(recorded_violation(found), path, len(found.requests), hunt.stats.failure_at, hunt.checks,
-                   ["interrupted: the counterexample is not shrunk"])
+                   [why])
 
 
 def numbered_path(out: Path, prop: str, earlier: list[Finding]) -> Path:
@@ -246,7 +247,7 @@ def numbered_path(out: Path, prop: str, earlier: list[Finding]) -> Path:
 def run_batches(machine: type, hunt: Hunt, seed_value: int, batches: Iterator[int], batch_examples: int,
                 between: Callable[[], None] = lambda: None) -> None:
     """Seeded batches of the machine (numbered by `batches`, each with its own
-    derived seed), each followed by `between` (a directed round), until a
+    derived seed), each followed by `between` (the guided rounds), until a
     violation (kept in `hunt.found`) or the budget is spent."""
     while not hunt.stats.spent():
         test = get_state_machine_test(machine, settings=settings(
@@ -340,24 +341,20 @@ def finalise(hunt: Hunt, earlier: list[Finding], max_replays: int, deadline: flo
     recorded = load_workload(hunt.out / LAST_FAILURE)
     if progress:
         progress(f"shrinking a {hunt.found.prop} counterexample of {len(recorded.requests)} requests ...")
-    notes: list[str] = []
-    replays = 0
     try:
         shrunk = shrink(recorded, hunt.found.signature, hunt.factory, hunt.checks.build, max_replays, deadline,
                         progress)
-        small, run, replays = shrunk.workload, shrunk.run, shrunk.replays
-        if shrunk.cut:
-            notes.append(f"shrinking stopped at the budget after {shrunk.replays} replays "
-                         f"({len(small.requests)} requests)")
     except ValueError:
-        notes.append("the recorded workload does not reproduce on replay; kept unshrunk")
-        small, run = recorded, run_workload(recorded, hunt.factory, hunt.checks.build())
-    violation = run.violation if run.violation is not None else recorded_violation(recorded)
+        return kept_unshrunk(hunt, earlier, "the recorded workload does not reproduce on replay; kept unshrunk")
+    small, violation = shrunk.workload, shrunk.run.violation
+    assert violation is not None
+    notes = [f"shrinking stopped at the budget after {shrunk.replays} replays ({len(small.requests)} requests)"
+             ] if shrunk.cut else []
     path = write_counterexample(numbered_path(hunt.out, violation.prop, earlier), small, violation,
-                                run.driver.trace if run.violation is not None else [],
-                                f"loopcheck fuzz {hunt.checks}")
+                                shrunk.run.driver.trace, f"loopcheck fuzz {hunt.checks}")
     (hunt.out / LAST_FAILURE).unlink(missing_ok=True)
-    return Finding(violation, path, len(small.requests), hunt.stats.failure_at, hunt.checks, notes, replays)
+    return Finding(violation, path, len(small.requests), hunt.stats.failure_at, hunt.checks, notes,
+                   shrunk.replays)
 
 
 def main_progress(line: str) -> None:

@@ -102,9 +102,9 @@ class Stats:
                                                              driver.trace, self.held, driver.coverage and
                                                              driver.coverage.edges),
                              {rid: tuple(r.token_ids) for rid, r in driver.view.requests.items()})
-        ended = driver.ended_by
-        direct = ended is not None and matches(ended, driver.ignore) and not ignored(driver.checks)
-        self.ignored.update({v.signature for _, v in ignored(driver.checks)} | ({ended.signature} if direct else set()))
+        broken, ended = ignored(driver.checks), driver.ended_by
+        direct = ended is not None and matches(ended, driver.ignore) and not broken
+        self.ignored.update({v.signature for _, v in broken} | ({ended.signature} if direct else set()))
         if ended is not None and not direct:
             self.after_ignored[ended.signature] += 1
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loopcheck.fuzz.shrink import with_request
+from loopcheck.fuzz.shrink import shifted, with_request
 from loopcheck.fuzz.strategies import OFF, ON, VOCAB, Shape
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.reference import never_fits
@@ -105,8 +105,7 @@ def shift_request(w: Workload, rng: random.Random) -> Workload | None:
     by = rng.choice((-3, -2, -1, 1, 2, 3))
     if r.arrival + by < 0:
         return None
-    return with_request(w, i, replace(r, arrival=r.arrival + by,
-                                      abort_at=None if r.abort_at is None else r.abort_at + by))
+    return with_request(w, i, shifted(r, by))
 
 
 def resize_prompt(w: Workload, rng: random.Random) -> Workload | None:
@@ -208,8 +207,7 @@ def splice(w: Workload, other: Workload, rng: random.Random) -> Workload:
     added = []
     for r in taken[:MAX_REQUESTS - len(w.requests)]:
         rid = _fresh_id(Workload(w.config, w.requests + tuple(added)))
-        added.append(replace(r, rid=rid, arrival=r.arrival + by,
-                             abort_at=None if r.abort_at is None else r.abort_at + by))
+        added.append(replace(shifted(r, by), rid=rid))
     return Workload(w.config, w.requests + tuple(added))
 
 

@@ -1,8 +1,8 @@
 """Shrinking a failing recorded workload directly: drop requests, then drop
 aborts, shorten prompts and max_tokens, and move arrivals earlier, keeping each
-change only if replaying still breaks the same rule (the violation's signature). Bounded by work (a
-number of replays): the result after n replays is the same on any machine under
-any load. A deadline, where given, may stop it earlier; the result says after how
+change only if replaying still breaks the same rule (the violation's
+signature). Bounded by work (a number of replays): the result after n replays is
+the same on any machine under any load. A deadline, where given, may stop it earlier; the result says after how
 many replays, so that the same bound reproduces it."""
 
 from __future__ import annotations
@@ -28,14 +28,15 @@ def with_request(w: Workload, i: int, r: RequestSpec | None) -> Workload:
     return Workload(w.config, tuple(reqs))
 
 
-def _shifted(r: RequestSpec, by: int) -> RequestSpec:
+def shifted(r: RequestSpec, by: int) -> RequestSpec:
+    """`r` arriving (and aborted, if it is) `by` steps later."""
     return replace(r, arrival=r.arrival + by, abort_at=None if r.abort_at is None else r.abort_at + by)
 
 
 def _shift_from(w: Workload, step: int, by: int) -> Workload:
     """Every request arriving at or after `step` arrives `by` steps later (earlier
     when negative)."""
-    return Workload(w.config, tuple(_shifted(r, by) if r.arrival >= step else r for r in w.requests))
+    return Workload(w.config, tuple(shifted(r, by) if r.arrival >= step else r for r in w.requests))
 
 
 def _candidates(w: Workload) -> Iterator[Workload]:
@@ -57,7 +58,7 @@ def _candidates(w: Workload) -> Iterator[Workload]:
         for fewer in sorted({r.max_tokens // 2, r.max_tokens - 1} - {0, r.max_tokens}):
             yield with_request(w, i, replace(r, max_tokens=fewer))
         if r.arrival > 0:
-            yield with_request(w, i, _shifted(r, -1))
+            yield with_request(w, i, shifted(r, -1))
 
 
 @dataclass

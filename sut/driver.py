@@ -78,25 +78,27 @@ def watchdog(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, handler)
 
 
-def _frames(exc: BaseException) -> list[tuple[str, int | None]]:
-    """The (file, line) frames `exc` passed through outside this module, outermost first."""
-    return [(f.filename, f.lineno) for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
+def _stopped_at(exc: BaseException, own: tuple[str, ...]) -> tuple[tuple[str, int | None] | None, str]:
+    """Where `exc` stopped the system: of the frames it passed through outside this
+    module, the innermost in the system's own code (`code.innermost`), and " at
+    FILE:LINE" for a message ("" for none)."""
+    frames = [(f.filename, f.lineno) for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
+    line = innermost(frames, own)
+    return line, f" at {line[0]}:{line[1]}" if line else ""
 
 
 def crash(verb: str, exc: BaseException, own: tuple[str, ...] = ()) -> Violation:
     """An exception raised inside the SUT, as a violation naming where it was
     raised (the innermost line in the system's own code, the paths `own`; see
     `code.innermost`) and its type."""
-    line = innermost(_frames(exc), own)
+    line, at = _stopped_at(exc, own)
     where = f"{site(*line)}:{type(exc).__name__}" if line else type(exc).__name__
-    at = f" at {line[0]}:{line[1]}" if line else ""
     return Violation("crash", f"{type(exc).__name__}: {exc} (in {verb}(){at})", where=where)
 
 
 def hang(verb: str, stopped: Overran, own: tuple[str, ...] = ()) -> Violation:
     """A call into the SUT that did not return within CALL_TIMEOUT, naming where it was stopped."""
-    line = innermost(_frames(stopped), own)
-    at = f" at {line[0]}:{line[1]}" if line else ""
+    line, at = _stopped_at(stopped, own)
     return Violation("hang", f"{verb}() did not return within {CALL_TIMEOUT:g} s (stopped{at})",
                      where=site(*line) if line else verb)
 
