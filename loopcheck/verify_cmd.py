@@ -35,6 +35,9 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fuzz-seconds", type=float, default=15.0,
                    help="budget per campaign (three campaigns; the unguarded one looks for the livelock up to "
                         f"{LIVELOCK_SEARCH} times as long)")
+    p.add_argument("--max-examples", type=int, metavar="N",
+                   help="also end each campaign after N examples (a work bound: the same seed then gives the same "
+                        "verdict whatever the machine's load)")
     p.add_argument("--seed", type=int, help="fuzz seed (default: fresh, printed)")
     p.add_argument("--out", help="folder for counterexamples (default: a temporary folder)")
     add_adapter(p, "torch")
@@ -74,11 +77,11 @@ def explore_rows() -> list[Row]:
     return rows
 
 
-def fuzz_rows(seconds: float, seed_value: int, out: Path) -> list[Row]:
-    """The guarded campaigns run `seconds` each and must stay clean; the
-    unguarded one must find the livelock, within LIVELOCK_SEARCH times as long
-    (a time box of `seconds` missed it for a few percent of seeds, more on a
-    loaded machine; it stops at the first livelock, so this costs time only
+def fuzz_rows(seconds: float, seed_value: int, out: Path, max_examples: int | None) -> list[Row]:
+    """The guarded campaigns run `seconds` (or `max_examples`) each and must stay
+    clean; the unguarded one must find the livelock, within LIVELOCK_SEARCH times
+    as long (a time box of `seconds` missed it for a few percent of seeds, more
+    on a loaded machine; it stops at the first livelock, so this costs time only
     then)."""
     rows: list[Row] = []
     for policy, mode in (("guarded", "regression"), ("guarded", "random"), ("unguarded", "regression")):
@@ -86,7 +89,9 @@ def fuzz_rows(seconds: float, seed_value: int, out: Path) -> list[Row]:
         budget = seconds * LIVELOCK_SEARCH if unguarded else seconds
         main_progress(f"  fuzz {policy} on {mode} configs for {'up to ' if unguarded else ''}{budget:g}s ...")
         result = run_campaign(policy, budget, seed_value, out / f"{policy}-{mode}", mode,
-                              max_replays=LIVELOCK_SHRINK_REPLAYS if unguarded else None, progress=main_progress)
+                              max_replays=LIVELOCK_SHRINK_REPLAYS if unguarded else None, progress=main_progress,
+                              max_examples=None if max_examples is None else max_examples * (LIVELOCK_SEARCH
+                                                                                             if unguarded else 1))
         v = result.violation
         if policy == "guarded":
             ok = v is None
@@ -100,7 +105,8 @@ def fuzz_rows(seconds: float, seed_value: int, out: Path) -> list[Row]:
     return rows
 
 
-def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path) -> tuple[list[Row], str]:
+def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path, max_examples: int | None
+                 ) -> tuple[list[Row], str]:
     """Property-mode campaigns on another system: random configs it supports, with
     and without priority preemption; and the line that says which checks did not
     run, in how many runs, and why."""
@@ -115,7 +121,7 @@ def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path) -> tu
         main_progress(f"  fuzz {adapter}: {label} for {seconds:g}s ...")
         result = run_campaign("guarded", seconds, seed_value, out / f"preemption-{preempt}", "random",
                               factory=factory, checks=CheckSet("property"), progress=main_progress,
-                              fixed={"priority_preemption": preempt})
+                              fixed={"priority_preemption": preempt}, max_examples=max_examples)
         v = result.violation
         status = f"clean: {result.stats.examples} examples" if v is None else f"{v.prop}: {result.counterexample}"
         rows.append([label, "fuzz", status, "ok" if v is None else "FAIL", f"{result.seconds:.2f}"])
@@ -129,16 +135,20 @@ def run(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.fuzz_seconds) and args.fuzz_seconds > 0):
         print("loopcheck verify: error: --fuzz-seconds must be a finite number > 0", file=sys.stderr)
         return 2
+    if args.max_examples is not None and args.max_examples < 1:
+        print(f"loopcheck verify: error: --max-examples must be >= 1, got {args.max_examples}", file=sys.stderr)
+        return 2
     seed_value = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     argv = ["verify", "--fuzz-seconds", f"{args.fuzz_seconds:g}", "--seed", str(seed_value), "--adapter", args.adapter]
+    argv += ["--max-examples", str(args.max_examples)] if args.max_examples is not None else []
     argv += ["--out", args.out] if args.out else []
     banner(seed_value, argv)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="loopcheck-verify-"))
     not_run = ""
     if args.adapter == "torch":
-        rows = prove_rows() + explore_rows() + fuzz_rows(args.fuzz_seconds, seed_value, out)
+        rows = prove_rows() + explore_rows() + fuzz_rows(args.fuzz_seconds, seed_value, out, args.max_examples)
     else:
-        rows, not_run = adapter_rows(args.adapter, args.fuzz_seconds, seed_value, out)
+        rows, not_run = adapter_rows(args.adapter, args.fuzz_seconds, seed_value, out, args.max_examples)
     print(table(["obligation", "tool", "result", "", "seconds"], rows))
     if not_run:
         print(not_run)

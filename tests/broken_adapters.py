@@ -4,7 +4,9 @@ FILE.py:FACTORY)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
+from pathlib import Path
 
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event, RequestOutput
@@ -127,6 +129,12 @@ def small_pools_only(cfg):
 
 
 class Spins(ModelSUT):
+    """Spins in its first step, after creating the file the environment variable
+    LOOPCHECK_TEST_SPINNING names (if set), so a test knows it is spinning."""
+
     def step(self):
+        marker = os.environ.get("LOOPCHECK_TEST_SPINNING")
+        if marker:
+            Path(marker).touch()
         while True:
             pass

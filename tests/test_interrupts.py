@@ -1,8 +1,11 @@
 """Ctrl-C and SIGTERM stop a long run cleanly: the summary so far, the reproduce
-line, exit 130 / 143, no traceback, within seconds."""
+line, exit 130 / 143, no traceback, before the run's own end (no bound in
+seconds: a loaded machine is slow, not wrong; a minute's wait only keeps a
+broken run from hanging the suite)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -13,7 +16,6 @@ import pytest
 
 from loopcheck.model.errors import StopRequest, Terminated
 from loopcheck.model.workload import save_workload
-from loopcheck.sut.driver import CALL_TIMEOUT
 from tests.helpers import five_requests
 
 
@@ -28,9 +30,7 @@ def test_fuzz_stops_cleanly(sig, code, tmp_path) -> None:
         lines.append(proc.stderr.readline())
         assert lines[-1], "the run ended before its first progress line"
     proc.send_signal(sig)
-    start = time.monotonic()
     out, err = proc.communicate(timeout=60)
-    assert time.monotonic() - start < 30
     assert proc.returncode == code
     assert "Traceback" not in err and "INTERRUPTED" in err and "reproduce: loopcheck fuzz" in err
     assert "examples" in out and "before the interrupt" in out
@@ -60,8 +60,16 @@ def test_a_parallel_exploration_stops_cleanly_and_leaves_no_worker(tmp_path) -> 
             proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert "Traceback" not in err and "interrupted (SIGINT)" in err
-    time.sleep(0.5)
-    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+    assert not [pid for pid in workers if running(pid)]
+
+
+def running(pid: int) -> bool:
+    """Is process `pid` alive (neither gone nor a zombie waiting to be reaped)?"""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def children(pid: int) -> list[int]:
@@ -87,17 +95,21 @@ def test_a_second_signal_stops_at_once_where_no_safe_point_comes() -> None:
 
 def test_ctrl_c_twice_stops_a_run_stuck_in_the_system(tmp_path) -> None:
     """The system spins in its first step: one Ctrl-C waits for a safe point that
-    only the hang watchdog would bring; a second stops the run at once, cleanly."""
+    only the hang watchdog would bring; a second stops the run at once, cleanly:
+    before the watchdog, so no hang is reported."""
     spins = f"{Path(__file__).parent / 'broken_adapters.py'}:Spins"
+    marker = tmp_path / "spinning"
     proc = subprocess.Popen([sys.executable, "-m", "loopcheck.cli", "fuzz", "--adapter", spins, "--budget-seconds",
                              "60", "--seed", "3", "--out", str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    time.sleep(6)   # started, and spinning: the watchdog stops the step at the earliest 4 s from now
-    start = time.monotonic()
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "LOOPCHECK_TEST_SPINNING": str(marker)})
+    while not marker.exists():   # the system is in its first step, spinning, and the watchdog is armed
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.5)
     assert proc.poll() is None   # the first only asked
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    assert time.monotonic() - start < CALL_TIMEOUT - 6.5
     assert proc.returncode == 130 and "Traceback" not in err and "INTERRUPTED" in err, err
+    assert "hang" not in out + err and not list(tmp_path.glob("counterexample-*"))

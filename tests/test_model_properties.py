@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -34,13 +36,18 @@ def test_safety_invariants_hold_on_every_step(w) -> None:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
 def test_step_is_pure_and_deterministic(w) -> None:
+    """Pure: a step leaves the state it was given as it was (every field of the
+    state and of each request, compared with a deep copy taken before), so the
+    explorer may keep states as dictionary keys; deterministic: the same state
+    and environment give the same next state and events."""
     env = WorkloadEnv(w)
     state = initial_state(w.config.num_blocks, len(w.requests))
     for _ in range(30):
-        again = step(state, env)
+        before = copy.deepcopy(state)
         nxt = step(state, env)
-        assert again == nxt
-        hash(nxt[0])
+        assert state == before and state.reqs == before.reqs
+        assert hash(state) == hash(before)   # no cached hash went stale
+        assert step(state, env) == nxt
         state = nxt[0]
 
 

@@ -123,5 +123,6 @@ def _most_urgent_victim(monkeypatch) -> None:
 def test_a_policy_bug_planted_in_the_model_is_found_without_a_reference(monkeypatch, tmp_path, plant, prop,
                                                                          policy) -> None:
     plant(monkeypatch)
-    result = run_campaign(policy, 60, 1, tmp_path, mode="random", factory=ModelSUT, checks=CheckSet("property"))
+    result = run_campaign(policy, 600, 1, tmp_path, mode="random", factory=ModelSUT, checks=CheckSet("property"),
+                          max_examples=200)
     assert result.violation is not None and result.violation.prop == prop

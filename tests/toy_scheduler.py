@@ -20,10 +20,19 @@ from loopcheck.sut.protocol import Capabilities, Observation
 
 PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
               allocation="incremental", watermark_blocks=0, execution="mixed")
+# Bugs "misplaced-KIND": the toy reports an event of that kind, once, for a request in a state where no
+# scheduler can report it (its arguments are well formed; SELF stands for the request's own id):
+# kind -> (that state, the event's arguments).
+SELF = "<self>"
+MISPLACED = {"arrive": ("running", ()), "reject": ("running", ("too long",)), "abort": ("finished", ()),
+             "admit": ("running", (0,)), "resume": ("waiting", (0, 0)), "preempt": ("waiting", (SELF, False)),
+             "rewind": ("waiting", (0,)), "prefill": ("waiting", (0, 1, 1)), "token": ("finished", (0, 0, 1)),
+             "publish": ("waiting", (0,)), "finish": ("finished", ("length",))}
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
         "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
         "unreported-stop", "short-alloc", "early-token", "stale-resume", "page-key",
-        "keep-on-preempt", "phantom-restore", "urgent-victim", "stale-key", "split-chunk")
+        "keep-on-preempt", "phantom-restore", "urgent-victim", "stale-key", "split-chunk",
+        *(f"misplaced-{kind}" for kind in MISPLACED))
 
 
 @dataclass
@@ -90,16 +99,20 @@ class Pool:
 
 
 class ToyScheduler:
-    def __init__(self, cfg: Config, bugs: frozenset[str] = frozenset()) -> None:
+    """`bugs`: names from BUGS, switched on. `block_tables`: whether it reports
+    its block tables (without them, only the count of blocks held shows KV)."""
+
+    def __init__(self, cfg: Config, bugs: frozenset[str] = frozenset(), block_tables: bool = True) -> None:
         self.cfg, self.bugs = cfg, bugs
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
-                                         pinned=PINNED, block_tables=True, code=(__name__,))
+                                         pinned=PINNED, block_tables=block_tables, code=(__name__,))
         self.pool = Pool(cfg.num_blocks, "stale-key" in bugs)
         self.pending: list[RequestSpec] = []
         self.aborting: list[str] = []
         self.reqs: dict[str, Req] = {}
         self.waiting: list[Req] = []
         self.running: list[Req] = []
+        self.reported: set[str] = set()   # the misplaced-KIND bugs whose event was reported
 
     def add(self, spec: RequestSpec) -> None:
         self.pending.append(spec)
@@ -261,7 +274,21 @@ class ToyScheduler:
                     self._finish(r, "stop", events)
                 elif len(r.tokens) >= r.spec.max_tokens + ("overshoot" in self.bugs):
                     self._finish(r, "length", events)
-        return events
+        return events + self._misplaced()
+
+    def _misplaced(self) -> list[Event]:
+        """The misplaced events of the "misplaced-KIND" bugs switched on: each once,
+        the first step a request is in that bug's state (by the toy's own queues)."""
+        states = {"running": list(self.running), "finished": [r for r in self.reqs.values() if r.done],
+                  "waiting": [r for r in self.waiting if not r.preempted]}
+        out = []
+        for kind, (state, args) in MISPLACED.items():
+            bug = f"misplaced-{kind}"
+            if bug in self.bugs and bug not in self.reported and states[state]:
+                self.reported.add(bug)
+                r = states[state][0]
+                out.append(Event(kind, r.spec.rid, tuple(r.spec.rid if a == SELF else a for a in args)))
+        return out
 
     def observe(self) -> Observation:
         held = len({b for r in self.reqs.values() for b in r.table})
@@ -276,8 +303,8 @@ class ToyScheduler:
                tuple(self.pool.queue), tuple(self.pool.evictable), tuple(sorted(self.pool.cached.items())))
         return Observation(blocks_held=self.cfg.num_blocks - self.pool.free, kv_errors=errors, outputs=outputs,
                            unfinished=bool(self.pending) or any(r.done is None for r in self.reqs.values()),
-                           state_key=key, block_tables={rid: [[b] for b in r.table]
-                                                        for rid, r in self.reqs.items() if r.table})
+                           state_key=key, block_tables={rid: [[b] for b in r.table] for rid, r in self.reqs.items()
+                                                        if r.table and self.capabilities.block_tables})
 
 
 def leaky(cfg: Config) -> ToyScheduler:
