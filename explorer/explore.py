@@ -47,7 +47,8 @@ from loopcheck.model.reference import step
 from loopcheck.model.state import FINISHED, ReqState, SchedState, initial_state
 from loopcheck.model.workload import RequestSpec, Workload
 
-PROGRESS_EVERY = 5000   # states between progress reports and memory checks
+MEMORY_CHECK_EVERY = 5000   # states between memory checks
+PROGRESS_EVERY = 64   # states between calls of the progress callback (which decides by the clock whether to print)
 YOUNG_COLLECTION_EVERY = 100_000   # allocations between the cyclic collector's young passes while exploring
 
 
@@ -499,12 +500,11 @@ class Exploration:
                     depth.append(below)
                     drained.append(drained_node[m])
                     queue.append((step, m))
-                    if states % PROGRESS_EVERY == 0:
-                        if caps.memory_exceeded():
-                            self.complete = False
-                            break
-                        if progress:
-                            progress(states, len(queue))
+                    if states % MEMORY_CHECK_EVERY == 0 and caps.memory_exceeded():
+                        self.complete = False
+                        break
+                    if progress and states % PROGRESS_EVERY == 0:
+                        progress(states, len(queue))
                 target.append(j)
                 choice.append(c)
                 preemptions.append(preempted)

@@ -53,15 +53,16 @@ def survey_of_variant(w: Workload, reduce: bool, caps: Caps, graph: FutureGraph,
     """Variant `w`'s survey, the same as exploring and analysing its graph; None
     when its tail has a cycle, or its states pass `caps.max_states`, or the
     process the memory cap (explore it then). `progress(states, queue)` every
-    PROGRESS_EVERY states of the head. A `full` graph is restarted first, as
-    exploring does."""
+    PROGRESS_EVERY states of the head, and of the tail's nodes expanded (with
+    queue 0). A `full` graph is restarted first, as exploring does."""
     if graph.full():
         graph.restart()
     timing = graph.timing(w, reduce)
     head = _Head(graph, timing, reduce)
     if not head.explore(caps, progress):
         return None
-    tail = tail_of(graph, frozenset(head.entries), timing, reduce)
+    expanded = None if progress is None else lambda n: progress(head.states + n, 0)
+    tail = tail_of(graph, frozenset(head.entries), timing, reduce, expanded)
     if tail is None or head.states + tail.states > caps.max_states or caps.memory_exceeded():
         return None
     can_drain, steps, preemptions = head.drain_figures()
@@ -146,13 +147,16 @@ class _Head:
         return sum(can for can, _, _ in figures), figures[0][1], figures[0][2]
 
 
-def tail_of(graph: FutureGraph, entries: frozenset[int], timing: Timing, reduce: bool) -> Tail | None:
+def tail_of(graph: FutureGraph, entries: frozenset[int], timing: Timing, reduce: bool,
+            expanded: Callable[[int], None] | None = None) -> Tail | None:
     """The figures of the nodes reachable from `entries` (timeless nodes of
     `timing`'s kind); None when one of them reaches a cycle (other than a
-    drained node's self-loop). Worked out once per set of entries (per graph)."""
+    drained node's self-loop). Worked out once per set of entries (per graph).
+    `expanded(n)`: every PROGRESS_EVERY nodes expanded, n so far."""
     if entries in graph.tails:
         return graph.tails[entries]
-    if any(drains(graph, n, timing, reduce) is None for n in sorted(entries)):
+    count = [0]
+    if any(drains(graph, n, timing, reduce, expanded, count) is None for n in sorted(entries)):
         found = None
     else:
         distance = dict.fromkeys(sorted(entries), 0)
@@ -171,13 +175,16 @@ def tail_of(graph: FutureGraph, entries: frozenset[int], timing: Timing, reduce:
     return found
 
 
-def drains(graph: FutureGraph, node: int, timing: Timing, reduce: bool) -> Drain | None:
+def drains(graph: FutureGraph, node: int, timing: Timing, reduce: bool,
+           expanded: Callable[[int], None] | None = None, count: list[int] | None = None) -> Drain | None:
     """Whether timeless node `node` can reach a drained node, and the most steps
     and preemptions of a path from it to one (a drained node's self-loop is no
     step); None when it reaches a cycle other than such a self-loop. Worked out
     once per node (per graph), by a depth-first search that expands the nodes
-    it reaches."""
+    it reaches. `expanded(count[0])` every PROGRESS_EVERY nodes it expands
+    (`count[0]` counts them, over calls that share `count`)."""
     memo, adjacent, drained = graph.drains, graph.adjacent, graph.drained
+    count = [0] if count is None else count
     if node in memo:
         return memo[node]
 
@@ -185,6 +192,9 @@ def drains(graph: FutureGraph, node: int, timing: Timing, reduce: bool) -> Drain
         out = adjacent[n]
         if out is None:
             out = graph.successors(n, timing.horizon, timing, reduce)
+            count[0] += 1
+            if expanded is not None and count[0] % PROGRESS_EVERY == 0:
+                expanded(count[0])
         return [n, out, 0, drained[n], 0, 0, False]
 
     def add(into: list, found: Drain | None, preempted: int) -> None:

@@ -8,6 +8,7 @@ interrupted (Ctrl-C), 143 terminated (SIGTERM).
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -36,6 +37,19 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         register(sub.add_parser(name, help=summary, description=summary, epilog=EXIT_CODES))
         handlers[name] = handler
     return parser, handlers
+
+
+def help_texts(width: int = 100) -> dict[str, str]:
+    """What `loopcheck --help` and `loopcheck COMMAND --help` print, at a fixed
+    width (not the terminal's), keyed "loopcheck" and "loopcheck COMMAND": the
+    source of docs/commands.md's usage blocks."""
+    parser, _ = _parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    texts = {}
+    for name, command in [("loopcheck", parser), *((f"loopcheck {n}", p) for n, p in sub.choices.items())]:
+        command.formatter_class = functools.partial(argparse.HelpFormatter, width=width)
+        texts[name] = command.format_help()
+    return texts
 
 
 def _stop(signum: int, frame: object) -> None:

@@ -17,7 +17,7 @@ from loopcheck.explorer.lasso_export import lasso_graph, lasso_workload, write_d
 from loopcheck.explorer.survey import Survey, survey
 from loopcheck.model.bounds import preemption_bound
 from loopcheck.model.workload import Workload, save_workload
-from loopcheck.report import banner, table
+from loopcheck.report import Ticker, banner, table
 from loopcheck.simulate_cmd import prepare
 
 
@@ -53,23 +53,19 @@ def argv_of(args: argparse.Namespace) -> list[str]:
 
 
 class Progress:
-    """A progress line on stderr about every TICK seconds: states, states/s, what
-    is left (`left`: what the second number counts), peak memory."""
-
-    TICK = 2.0
+    """A progress line on stderr about every 2 s: states, states/s, what is left
+    (`left`: what the second number counts), peak memory."""
 
     def __init__(self, left: str) -> None:
-        self.start = self.last = time.perf_counter()
+        self.ticker = Ticker()
         self.left = left
 
     def __call__(self, states: int, left: int) -> None:
-        now = time.perf_counter()
-        if now - self.last < self.TICK:
+        if not self.ticker.due():
             return
-        self.last = now
-        rate = states / max(now - self.start, 1e-9)
-        print(f"[{now - self.start:6.1f}s] states {states:,}, {rate:,.0f} states/s, {self.left} {left:,}, "
-              f"memory {peak_memory_mb():,.0f} MiB", file=sys.stderr, flush=True)
+        elapsed = self.ticker.elapsed
+        print(f"[{elapsed:6.1f}s] states {states:,}, {states / max(elapsed, 1e-9):,.0f} states/s, {self.left} "
+              f"{left:,}, memory {peak_memory_mb():,.0f} MiB", file=sys.stderr, flush=True)
 
 
 def summary(workload: Workload, args: argparse.Namespace) -> tuple[dict[str, Any], Survey]:

@@ -11,6 +11,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from loopcheck.campaign_report import write_report
 from loopcheck.fuzz.campaign import BRANCHES, GUIDANCE, CampaignResult, Finding, main_progress, run_campaign
 from loopcheck.fuzz.directed import WINDOWS
 from loopcheck.fuzz.seeds import derived_seed
@@ -140,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
                              "reproduce": command_line(with_replays(argv, f.shrink_replays))} for f in findings],
         "interrupted": any(r.interrupted is not None for r in results),
     }
+    summary["report"] = str(write_report(Path(args.out), command_line(argv), summary, findings,
+                                         load_factory(args.adapter)))
     if args.json:
         print(json.dumps(summary))
     else:
@@ -173,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
         spent = (f"in the {max(r.seconds for r in results):.1f}s before the interrupt" if interrupted
                  else f"in {max(r.seconds for r in results):.1f}s ({summary['examples']} examples)")
         print(f"no counterexample {spent} ({args.adapter}, {check} checks, policy {args.policy})")
+    if not args.json:
+        print(f"report: {summary['report']}")
     if interrupted:
         print(f"INTERRUPTED: the summary covers the run until then; {reproduce_line(argv)}", file=sys.stderr)
         return interrupted[0]

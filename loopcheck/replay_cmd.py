@@ -7,19 +7,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
 
-from loopcheck.checks.base import Violation, ignored
 from loopcheck.checks.suite import CheckSet
-from loopcheck.model.errors import WorkloadError
-from loopcheck.model.events import Event
 from loopcheck.model.workload import Workload
 from loopcheck.options import add_adapter, add_check_mode, check_set_of, factory_of
+from loopcheck.replayed import Replay, replay
 from loopcheck.report import banner
 from loopcheck.simulate_cmd import prepare
-from loopcheck.sut.driver import run_workload
 from loopcheck.sut.loader import capabilities_of
-from loopcheck.sut.protocol import Observation
+from loopcheck.timeline import check_matplotlib, draw
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -30,39 +26,9 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="stop after this many steps (default: the checks' own step cap)")
     p.add_argument("--policy", choices=("unguarded", "guarded"), help="override config.preemption_policy")
     p.add_argument("--json", action="store_true", help="print one JSON object (with the trace)")
-    p.add_argument("--plot", metavar="PNG", help="draw finished, preemptions and blocks held per step")
-
-
-@dataclass
-class Replay:
-    """What a replay saw, per step, and the violation it reproduced."""
-
-    events: list[list[Event]] = field(default_factory=list)
-    held: list[int] = field(default_factory=list)
-    finished: list[int] = field(default_factory=list)
-    preemptions: list[int] = field(default_factory=list)
-    violation: Violation | None = None
-    drained: bool = False
-    skipped: dict[str, str] = field(default_factory=dict)
-    ignored: list[tuple[str, Violation]] = field(default_factory=list)   # (check, ignored violation): `Ignoring`
-    ended_by: Violation | None = None   # an ignored crash, hang or liveness finding that ended the run
-
-    def record(self, events: list[Event], obs: Observation) -> None:
-        done = sum(e.kind == "finish" for e in events) + (self.finished[-1] if self.finished else 0)
-        pre = sum(e.kind == "preempt" for e in events) + (self.preemptions[-1] if self.preemptions else 0)
-        self.events.append(events)
-        self.held.append(obs.blocks_held)
-        self.finished.append(done)
-        self.preemptions.append(pre)
-
-
-def replay(workload: Workload, args: argparse.Namespace, checks: CheckSet) -> Replay:
-    rep = Replay()
-    run = run_workload(workload, factory_of(args), checks.build(), args.max_steps, rep.record)
-    rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped
-    rep.ignored = ignored(run.driver.checks)
-    rep.ended_by = run.driver.ended_by
-    return rep
+    p.add_argument("--plot", metavar="PNG", help="draw the run as a timeline: a row per request (waiting, running, "
+                   "preempted; prefill and decode work; preemption arrows from requester to victim), the cycle "
+                   "shaded, blocks held beneath")
 
 
 def render(workload: Workload, rep: Replay) -> str:
@@ -102,40 +68,6 @@ def render(workload: Workload, rep: Replay) -> str:
     return "\n".join(lines)
 
 
-def check_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as exc:
-        raise WorkloadError("--plot: needs matplotlib (python3 -m pip install matplotlib)") from exc
-
-
-def plot(workload: Workload, rep: Replay, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
-    steps = range(len(rep.events))
-    top.plot(steps, rep.finished, label="finished requests")
-    top.plot(steps, rep.preemptions, label="preemptions (cumulative)")
-    top.set_ylabel("count")
-    top.legend(loc="upper left")
-    bottom.plot(steps, rep.held, color="tab:green", label="KV blocks held")
-    bottom.set_ylabel("blocks held")
-    bottom.set_xlabel("step")
-    cycle = rep.violation.cycle if rep.violation else None
-    if cycle:
-        for ax in (top, bottom):
-            ax.axvline(cycle["start"], color="red", linestyle=":")
-    cfg = workload.config
-    what = rep.violation.prop if rep.violation else ("drained" if rep.drained else "not drained")
-    fig.suptitle(f"replay: {len(workload.requests)} requests, policy {cfg.preemption_policy}: {what}")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
 def argv_of(args: argparse.Namespace, checks: CheckSet) -> list[str]:
     out = ["replay", args.file, "--adapter", args.adapter, *checks.flags()]
     out += ["--max-steps", str(args.max_steps)] if args.max_steps else []
@@ -149,14 +81,14 @@ def run(args: argparse.Namespace) -> int:
         print("loopcheck replay: error: --max-steps: must be >= 1", file=sys.stderr)
         return 2
     if args.plot:
-        check_matplotlib()
+        check_matplotlib("--plot")
     args.workload, args.no_preemption = args.file, False
     workload = prepare(args)
     checks = check_set_of(args, capabilities_of(factory_of(args), workload.config).semantics)
     banner(None, argv_of(args, checks), sys.stderr if args.json else None)
-    rep = replay(workload, args, checks)
+    rep = replay(workload, factory_of(args), checks, args.max_steps)
     if args.plot:
-        plot(workload, rep, args.plot)
+        draw(rep.timeline(workload, args.adapter), args.plot)
     if args.json:
         v = rep.violation
         print(json.dumps({"steps": len(rep.events), "drained": rep.drained,

@@ -1,9 +1,10 @@
-"""Plain-text tables and the run banner every command prints."""
+"""Plain-text tables, the run banner every command prints, and when a progress line is due."""
 
 from __future__ import annotations
 
 import shlex
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
 
@@ -47,3 +48,24 @@ def banner(seed: int | None, argv: Sequence[str], stream=None) -> None:
     LAST_REPRODUCE[:] = [reproduce_line(argv)]
     print(f"seed: {seed}" if seed is not None else "seed: none (deterministic: same input, same run)", file=out)
     print(LAST_REPRODUCE[0], file=out, flush=True)
+
+
+class Ticker:
+    """Says when a progress line is due: about every `seconds` of wall time (a
+    progress line is for the person waiting; nothing decided depends on it)."""
+
+    def __init__(self, seconds: float = 2.0) -> None:
+        self.start = self.last = time.perf_counter()
+        self.seconds = seconds
+
+    def due(self) -> bool:
+        """True at most once per `seconds`, when that long has passed."""
+        now = time.perf_counter()
+        if now - self.last < self.seconds:
+            return False
+        self.last = now
+        return True
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start

@@ -6,10 +6,12 @@ import argparse
 import json
 import sys
 
+from loopcheck.model.events import Event
 from loopcheck.model.simulate import SimResult
 from loopcheck.model.workload import Workload, load_workload
 from loopcheck.options import add_adapter, factory_of
-from loopcheck.report import banner, table
+from loopcheck.report import Ticker, banner, table
+from loopcheck.sut.protocol import Observation
 from loopcheck.sut.simulate import simulate
 
 
@@ -56,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     workload = prepare(args)
     factory = factory_of(args)
     banner(None, argv_of(args), sys.stderr if args.json else None)
-    result, failed = simulate(workload, factory, args.max_steps, args.adapter, args.trace)
+    result, failed = simulate(workload, factory, args.max_steps, args.adapter, args.trace,
+                              StepProgress(len(workload.requests)))
     if args.json:
         out = result.to_json(with_trace=args.trace)
         out.update({prop: failed.message if failed and failed.prop == prop else None for prop in ("crash", "hang")})
@@ -66,6 +69,22 @@ def run(args: argparse.Namespace) -> int:
         if failed:
             print(f"{failed.prop.upper()} at step {failed.step}: {failed.message}")
     return 0 if result.drained and not failed else 1
+
+
+class StepProgress:
+    """After each step: a progress line on stderr about every 2 s (steps, steps/s,
+    requests finished, blocks held)."""
+
+    def __init__(self, requests: int) -> None:
+        self.ticker, self.requests, self.steps, self.finished = Ticker(), requests, 0, 0
+
+    def __call__(self, events: list[Event], obs: Observation) -> None:
+        self.steps += 1
+        self.finished += sum(e.kind == "finish" for e in events)
+        if self.ticker.due():
+            elapsed = self.ticker.elapsed
+            print(f"[{elapsed:6.1f}s] step {self.steps:,}, {self.steps / elapsed:,.0f} steps/s, finished "
+                  f"{self.finished}/{self.requests}, blocks held {obs.blocks_held}", file=sys.stderr, flush=True)
 
 
 def render(result: SimResult) -> str:

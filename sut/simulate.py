@@ -6,15 +6,16 @@ from __future__ import annotations
 from loopcheck.checks.base import Violation
 from loopcheck.model.simulate import SimResult
 from loopcheck.model.workload import Workload
-from loopcheck.sut.driver import run_workload
+from loopcheck.sut.driver import OnStep, run_workload
 from loopcheck.sut.protocol import SutFactory
 
 
 def simulate(workload: Workload, factory: SutFactory, max_steps: int, name: str = "model",
-             keep_trace: bool = False) -> tuple[SimResult, Violation | None]:
-    """Run until drained or `max_steps` steps; the result, and the crash or
-    hang if the system raised or did not return (`Driver._call`)."""
-    run = run_workload(workload, factory, (), max_steps)
+             keep_trace: bool = False, on_step: OnStep | None = None) -> tuple[SimResult, Violation | None]:
+    """Run until drained or `max_steps` steps (`on_step` after each); the result,
+    and the crash or hang if the system raised or did not return
+    (`Driver._call`)."""
+    run = run_workload(workload, factory, (), max_steps, on_step)
     d, obs = run.driver, run.driver.obs
     outputs = {s.rid: obs.outputs[s.rid] for s in d.specs if s.rid in obs.outputs}
     result = SimResult(workload, name, d.counters, outputs, obs.blocks_held, run.drained,

@@ -3,12 +3,17 @@ events step by step, and their KV accounting agrees (the lockstep check)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from hypothesis import HealthCheck, given, settings
 
-from loopcheck.checks.lockstep import Lockstep
+from loopcheck.checks.lockstep import Lockstep, ModelBounds
 from loopcheck.fuzz.strategies import workloads
+from loopcheck.model.bounds import preemption_bound
+from loopcheck.model.events import Event
 from loopcheck.model.workload import Workload
 from loopcheck.sut.driver import run_workload
+from loopcheck.sut.model_sut import ModelSUT
 from loopcheck.sut.torch_sut import TorchSUT
 from tests.engine_workloads import busy, livelock_example
 
@@ -45,3 +50,36 @@ def test_a_seeded_divergence_is_reported(monkeypatch) -> None:
     monkeypatch.setattr(WorkloadEnv, "outcome", lambda self, rid, i: original(self, rid, i)._replace(token_id=-7))
     d = lockstep(livelock_example(), 50)
     assert d is not None and d.prop == "conformance" and "events differ" in d.message
+
+
+class Repreempting(ModelSUT):
+    """The model, with `extra` more preemptions: a request that got a token in a
+    step is preempted (keeping its tokens) and resumed at its end, until `extra`
+    are spent. A policy that preempts more than it needs to, yet drains."""
+
+    def __init__(self, cfg, extra: int) -> None:
+        super().__init__(cfg)
+        self.extra = extra
+
+    def step(self) -> list[Event]:
+        events = super().step()
+        decoded = [e.rid for e in events if e.kind == "token" and not any(
+            f.kind == "finish" and f.rid == e.rid for f in events)]
+        for rid in decoded[:self.extra]:
+            events += [Event("preempt", rid, (None, True)), Event("resume", rid, (0, 0))]
+            self.extra -= 1
+        return events
+
+
+def test_more_preemptions_than_the_proved_bound_are_reported() -> None:
+    """The bound (model/bounds.py) on a workload with two priority levels; a
+    system whose preemptions exceed it is reported at the end of the run, one
+    within it is not."""
+    w = livelock_example().with_config(preemption_policy="guarded")
+    bound = preemption_bound(w)
+    assert bound is not None
+    clean = run_workload(w, ModelSUT, [ModelBounds()])
+    assert clean.violation is None and clean.drained and clean.driver.counters.preemptions <= bound
+    over = run_workload(w, partial(Repreempting, extra=bound + 1), [ModelBounds()])
+    assert over.violation is not None and over.violation.prop == "preemption-bound"
+    assert over.violation.message == f"{clean.driver.counters.preemptions + bound + 1} preemptions > bound {bound}"

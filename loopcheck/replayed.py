@@ -1,0 +1,60 @@
+"""A recorded workload run again through the driver and checks, step by step:
+what each step showed, and the violation it reproduced (`loopcheck replay`, and
+each counterexample a campaign writes, for its timeline)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loopcheck.checks.base import Violation, ignored
+from loopcheck.checks.suite import CheckSet
+from loopcheck.model.events import Event
+from loopcheck.model.workload import Workload
+from loopcheck.sut.driver import run_workload
+from loopcheck.sut.protocol import Observation, SutFactory
+from loopcheck.timeline import Timeline
+
+
+@dataclass
+class Replay:
+    """What a replay saw, per step, and the violation it reproduced."""
+
+    events: list[list[Event]] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    preemptions: list[int] = field(default_factory=list)
+    violation: Violation | None = None
+    drained: bool = False
+    skipped: dict[str, str] = field(default_factory=dict)
+    ignored: list[tuple[str, Violation]] = field(default_factory=list)   # (check, ignored violation): `Ignoring`
+    ended_by: Violation | None = None   # an ignored crash, hang or liveness finding that ended the run
+
+    def record(self, events: list[Event], obs: Observation) -> None:
+        done = sum(e.kind == "finish" for e in events) + (self.finished[-1] if self.finished else 0)
+        pre = sum(e.kind == "preempt" for e in events) + (self.preemptions[-1] if self.preemptions else 0)
+        self.events.append(events)
+        self.held.append(obs.blocks_held)
+        self.finished.append(done)
+        self.preemptions.append(pre)
+
+    def timeline(self, workload: Workload, system: str) -> Timeline:
+        """This replay as a timeline, headed by the system (an adapter's file by its
+        name alone) and what it showed."""
+        v = self.violation
+        what = (f"{v.prop} at step {v.step}" if v else "drained" if self.drained else
+                f"not drained after {len(self.events)} steps")
+        return Timeline(workload, self.events, self.held, v.cycle if v else None, v.step if v else None,
+                        f"{Path(system).name}, {len(workload.requests)} requests, "
+                        f"policy {workload.config.preemption_policy}: {what}")
+
+
+def replay(workload: Workload, factory: SutFactory, checks: CheckSet, max_steps: int | None = None) -> Replay:
+    """Run `workload` on the system `factory` builds with `checks` (to their step
+    cap, or `max_steps`), recording every step."""
+    rep = Replay()
+    run = run_workload(workload, factory, checks.build(), max_steps, rep.record)
+    rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped
+    rep.ignored = ignored(run.driver.checks)
+    rep.ended_by = run.driver.ended_by
+    return rep

@@ -1,0 +1,142 @@
+"""A run drawn as a per-request timeline: a row per request, coloured by its
+status after each step (waiting, running, preempted; nothing before it arrives or
+after it finishes), its prefill and decode work per step, an arrow from each
+preemption's requester to its victim, the repeating cycle of a livelock shaded,
+and the KV blocks held beneath. Read from the events alone, so it draws any
+system's run (`loopcheck replay --plot`, and each counterexample a campaign
+writes)."""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.events import Event
+from loopcheck.model.workload import Workload
+from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, WAITING
+
+COLOURS = {WAITING: "#d9d9d9", RUNNING: "#9ecae1", PREEMPTED: "#fdae6b"}
+MAX_STEPS_DRAWN = 400   # a longer run is drawn up to its cycle's second repetition, or cut here
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """What a timeline shows: the workload, each step's events and blocks held
+    after it, the cycle of a livelock ({"start", "length"} in steps, or None),
+    the step a violation showed in (None: none) and the headline (what the run
+    showed)."""
+
+    workload: Workload
+    events: list[list[Event]]
+    held: list[int]
+    cycle: dict | None
+    marked_step: int | None
+    headline: str
+
+
+def statuses(run: Timeline) -> dict[str, list[str | None]]:
+    """Per request, its status after each step (None before it arrives and after
+    the step it finished in; in that step, the last status it had before
+    finishing)."""
+    now: dict[str, str | None] = {r.rid: None for r in run.workload.requests}
+    rows: dict[str, list[str | None]] = {rid: [] for rid in now}
+    for events in run.events:
+        last = {rid: status for rid, status in now.items() if status != FINISHED}
+        for e in events:
+            if e.rid in now:
+                now[e.rid] = AFTER.get(e.kind, now[e.rid])
+                if now[e.rid] != FINISHED:
+                    last[e.rid] = now[e.rid]
+        for rid, status in now.items():
+            rows[rid].append(last.get(rid) if status == FINISHED else status)
+    return rows
+
+
+def check_matplotlib(flag: str) -> None:
+    """WorkloadError naming `flag` when matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise WorkloadError(f"{flag}: needs matplotlib (python3 -m pip install matplotlib)") from exc
+
+
+def drawn_steps(run: Timeline) -> int:
+    """How many steps to draw: all, up to MAX_STEPS_DRAWN; a livelock up to the
+    end of its cycle's second period (its repetition is the point)."""
+    steps = len(run.events)
+    if run.cycle:
+        steps = min(steps, run.cycle["start"] + 2 * run.cycle["length"] + 2)
+    return min(steps, MAX_STEPS_DRAWN)
+
+
+def draw(run: Timeline, path: Path | str) -> None:
+    """Write `run` as a PNG to `path` (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+
+    steps = drawn_steps(run)
+    requests = run.workload.requests
+    rows = statuses(run)
+    y = {r.rid: len(requests) - 1 - k for k, r in enumerate(requests)}
+    width = min(16.0, 7 + 0.06 * steps)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(width, 1.6 + 0.45 * len(requests) + 1.6), sharex=True,
+                                      gridspec_kw={"height_ratios": [max(2, len(requests)), 2]})
+    for rid, row in rows.items():
+        for t, status in enumerate(row[:steps]):
+            if status is not None:
+                top.barh(y[rid], 1, left=t - 0.5, height=0.6, color=COLOURS[status], linewidth=0)
+    for t, events in enumerate(run.events[:steps]):
+        for e in events:
+            if e.rid not in y:
+                continue
+            if e.kind == "prefill":
+                top.plot(t, y[e.rid] + 0.12, marker="s", markersize=3.5, color="#08519c", linestyle="")
+            elif e.kind == "token":
+                top.plot(t, y[e.rid] - 0.12, marker="o", markersize=3, color="#238b45", linestyle="")
+            elif e.kind == "finish":
+                top.plot(t, y[e.rid], marker="|", markersize=12, color="black", linestyle="")
+            elif e.kind == "preempt" and str(e.args[0]) in y:
+                top.annotate("", xy=(t, y[e.rid]), xytext=(t, y[str(e.args[0])]),
+                             arrowprops={"arrowstyle": "->", "color": "#cb181d", "lw": 1.2})
+    bottom.bar(range(steps), run.held[:steps], width=1.0, color="#74c476", linewidth=0)
+    bottom.xaxis.set_major_locator(MaxNLocator(nbins=12, integer=True, min_n_ticks=1))
+    cfg = run.workload.config
+    bottom.axhline(cfg.num_blocks, color="grey", linestyle="--", linewidth=0.8)
+    bottom.set_ylim(0, cfg.num_blocks * 1.1 + 1)
+    bottom.set_ylabel(f"KV blocks held\n(of {cfg.num_blocks})")
+    bottom.set_xlabel("step")
+    if run.marked_step is not None and run.marked_step < steps:
+        for ax in (top, bottom):
+            ax.axvline(run.marked_step, color="#cb181d", linestyle="--", linewidth=1)
+    if run.cycle:
+        start, length = run.cycle["start"], run.cycle["length"]
+        for ax in (top, bottom):
+            ax.axvspan(start - 0.5, min(steps, start + length) - 0.5, color="#cb181d", alpha=0.12, linewidth=0)
+            ax.axvspan(start + length - 0.5, steps - 0.5, color="#cb181d", alpha=0.05, linewidth=0)
+    top.set_yticks([y[r.rid] for r in requests],
+                   [f"{r.rid} (p{r.priority})" if cfg.priority_preemption else r.rid for r in requests])
+    top.set_ylim(-0.7, len(requests) - 0.3)
+    if cfg.priority_preemption:
+        top.set_ylabel("request (pN: priority,\nlower is more urgent)")
+    top.set_xlim(-0.7, steps - 0.3)
+    legend = [Patch(color=COLOURS[s], label=s) for s in (WAITING, RUNNING, PREEMPTED)]
+    legend += [plt.Line2D([], [], marker="s", color="#08519c", linestyle="", label="prefill"),
+               plt.Line2D([], [], marker="o", color="#238b45", linestyle="", label="token"),
+               plt.Line2D([], [], marker="|", color="black", linestyle="", markersize=10, label="finish"),
+               plt.Line2D([], [], color="#cb181d", marker=">", label="preemption: requester -> victim")]
+    if run.marked_step is not None:
+        legend.append(plt.Line2D([], [], color="#cb181d", linestyle="--", label="the violation's step"))
+    if run.cycle:
+        legend.append(Patch(color="#cb181d", alpha=0.25, label=f"cycle (period {run.cycle['length']})"))
+    top.legend(handles=legend, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    cut = f" (first {steps} of {len(run.events)} steps)" if steps < len(run.events) else ""
+    top.set_title("\n".join(textwrap.wrap(f"{run.headline}{cut}", 90)), fontsize=10, loc="left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
