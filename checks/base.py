@@ -56,8 +56,12 @@ class Check:
     """One property, fed by the driver. Subclasses override the hooks they need and
     raise Violation when the property breaks."""
 
-    name = "check"
     props: tuple[str, ...] = ()   # the properties its violations name
+
+    @property
+    def label(self) -> str:
+        """How output names this check: by the properties it checks."""
+        return ", ".join(self.props)
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         """Why this check cannot run on a SUT with these capabilities (None: it runs)."""
@@ -87,7 +91,7 @@ class Ignoring(Check):
 
     def __init__(self, inner: Check, ignore: frozenset[str]) -> None:
         self.inner, self.ignore = inner, ignore
-        self.name, self.props = inner.name, inner.props
+        self.props = inner.props
         self.broken: Violation | None = None
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
@@ -120,6 +124,6 @@ class Ignoring(Check):
 
 
 def ignored(checks: Iterable[Check]) -> list[tuple[str, Violation]]:
-    """Of a run's checks, each `Ignoring` one that broke: its name and the
+    """Of a run's checks, each `Ignoring` one that broke: its label and the
     violation it kept."""
-    return [(c.name, c.broken) for c in checks if isinstance(c, Ignoring) and c.broken]
+    return [(c.label, c.broken) for c in checks if isinstance(c, Ignoring) and c.broken]

@@ -25,7 +25,6 @@ class GuardedFutility(Check):
     preemption is one the preflight should have refused (a watermark or a page it
     counted wrongly)."""
 
-    name = "futile-preemption"
     props = ("futile-preemption",)
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
@@ -49,5 +48,6 @@ class GuardedFutility(Check):
             sharers = [rid for rid in running - {by, e.rid}
                        if len(view.requests[rid].spec.prompt) >= bs and view.requests[rid].spec.prompt[:bs] == head]
             if not (driver.cfg.prefix_caching and len(view.requests[by].spec.prompt) > bs and sharers):
-                raise Violation(self.name, f"{e}: the guarded policy preempted {e.rid} for {by}, which was not "
-                                           f"admitted in the same step, and no pending prefix pages explain it")
+                raise Violation("futile-preemption", f"{e}: the guarded policy preempted {e.rid} for {by}, which "
+                                                     "was not admitted in the same step, and no pending prefix pages "
+                                                     "explain it")

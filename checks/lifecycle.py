@@ -31,7 +31,6 @@ class Lifecycle(Check):
     request that fits the pool alone is never preempted while no other request is
     in the system (waiting, running or preempted): nobody could need its blocks."""
 
-    name = "lifecycle"
     props = ("lifecycle", "lone-preemption")
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
@@ -88,7 +87,6 @@ class Work(Check):
     a token of the request comes before it ran them all (an admission,
     resumption, preemption or rewind drops the chunk)."""
 
-    name = "work"
     props = ("work",)
 
     def __init__(self) -> None:
@@ -172,7 +170,6 @@ class Aborts(Check):
     ends, as aborted or rejected (a request arriving in that step may be
     rejected first)."""
 
-    name = "abort"
     props = ("abort",)
 
     def __init__(self) -> None:
@@ -210,7 +207,6 @@ class PrefixHits(Check):
     there are no hits. (A cache keyed by a page's own tokens, not its prefix,
     hits pages never computed.)"""
 
-    name = "prefix-hits"
     props = ("prefix-hits",)
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:

@@ -25,7 +25,6 @@ class Progress(Check):
     it was is a stall, and any other repeated state a livelock; for any system,
     `stall_steps` steps in a row with no event at all are a stall."""
 
-    name = "progress"
     props = ("stall", "livelock")
 
     def __init__(self, stall_steps: int = 3) -> None:
@@ -62,7 +61,6 @@ class NeverFitRejected(Check):
     submission, instead of waiting or running on while it blocks others; a request
     that fits is never rejected."""
 
-    name = "never-fit-rejected"
     props = ("never-fit-not-rejected", "fit-rejected")
 
     def __init__(self, within: int = 3) -> None:
@@ -99,7 +97,6 @@ class PriorityWaiting(Check):
     waiting for `within` steps in a row in which a request of strictly larger
     priority value ran and no request more urgent than w did."""
 
-    name = "priority-waiting"
     props = ("priority-inversion",)
 
     def __init__(self, within: int = 3) -> None:
@@ -143,7 +140,6 @@ class PriorityVictims(Check):
     preempted for a strictly less urgent one (larger priority value), where the
     preemption names the request it was for."""
 
-    name = "priority-victim"
     props = ("priority-victim",)
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:

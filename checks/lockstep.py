@@ -34,7 +34,6 @@ class Lockstep(Check):
     system's events, so any difference is a scheduling difference), both sides' KV
     accounting sound and equal, and the model's frontiers and budget kept."""
 
-    name = "lockstep"
     props = ("conformance", "kv-conservation", "safety")
 
     def __init__(self) -> None:
@@ -78,7 +77,6 @@ class ModelBounds(Check):
     """Preemptions stay within model/bounds.py's proved bound, where it claims one
     (guarded policy, upfront allocation, no prefix caching)."""
 
-    name = "bounds"
     props = ("preemption-bound",)
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:

@@ -42,7 +42,6 @@ class OutputEquivalence(Check):
     itself (its property and place), so it is one bug with the same crash met
     directly."""
 
-    name = "output-equivalence"
     props = ("output-equivalence",)
 
     def at_end(self, driver: Driver, obs: Observation) -> None:
@@ -57,13 +56,13 @@ class OutputEquivalence(Check):
             ref = run_workload(Workload(ref_cfg, workload.requests), driver.factory, (),
                                max_steps=driver.default_cap())
         except WorkloadError as exc:
-            driver.skipped[self.name] = f"the system refuses the unconstrained config: {exc}"
+            driver.skipped[self.label] = f"the system refuses the unconstrained config: {exc}"
             return
         if ref.violation is not None:   # the system's own crash or hang there: named as where it happened
             raise Violation(ref.violation.prop, f"on the unconstrained config of this workload: {ref.violation}",
                             where=ref.violation.where)
         if not ref.drained:
-            driver.skipped[self.name] = "the run on the unconstrained config did not drain (a liveness bug there)"
+            driver.skipped[self.label] = "the run on the unconstrained config did not drain (a liveness bug there)"
             return
         want = ref.observation
         same_pool = ref_cfg.num_blocks == driver.cfg.num_blocks
@@ -83,7 +82,6 @@ class ReportedOutputs(Check):
     depths of its token events (since a preemption that dropped its tokens) and
     the reason of its finish event."""
 
-    name = "reported-outputs"
     props = ("reported-outputs",)
 
     def at_end(self, driver: Driver, obs: Observation) -> None:

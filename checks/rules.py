@@ -62,7 +62,6 @@ class DocumentedRules(Check):
     - CPU snapshots: with snapshots on, exactly the preempted requests hold one;
       without, none does (so nothing is held by a finished request)."""
 
-    name = "rules"
     props = ("one-victim", "victim-order", "bypass-limit", "bypass-count", "futility-guard", "snapshots")
 
     def __init__(self) -> None:

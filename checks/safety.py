@@ -24,7 +24,6 @@ class Caps(Check):
     """running <= max_num_seqs and batched tokens <= max_num_batched_tokens, every
     step, as the events report them."""
 
-    name = "caps"
     props = ("seq-cap", "token-cap")
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
@@ -46,7 +45,6 @@ class KvConservation(Check):
     unadmitted request, or past the allocation policy's need, are a leak while
     they last), and nothing is held once every request has finished."""
 
-    name = "kv-conservation"
     props = ("kv-conservation", "kv-coverage", "kv-excess")
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
@@ -92,7 +90,6 @@ class KvTables(Check):
     sharing any other lets one request write KV that another reads. Tables of
     requests not running are not judged (`kv-excess` counts their blocks)."""
 
-    name = "kv-tables"
     props = ("kv-tables",)
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
@@ -163,7 +160,6 @@ class KvHitBlocks(Check):
     loopcheck's caches do; a system that loads hits into fresh blocks breaks it
     by design (`--ignore kv-hit-blocks`)."""
 
-    name = "kv-hit-blocks"
     props = ("kv-hit-blocks",)
 
     def __init__(self) -> None:

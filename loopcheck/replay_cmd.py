@@ -63,7 +63,7 @@ def render(workload: Workload, rep: Replay) -> str:
     if rep.skipped:
         lines.append("checks not run: " + "; ".join(f"{k} ({why})" for k, why in rep.skipped.items()))
     for name, v in rep.ignored:
-        lines.append(f"ignored (--ignore): {v.signature} (step {v.step}): {v.message} (the {name} check was off "
+        lines.append(f"ignored (--ignore): {v.signature} (step {v.step}): {v.message} (the check of {name} was off "
                      "from then on)")
     return "\n".join(lines)
 

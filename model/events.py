@@ -12,7 +12,9 @@ from typing import Any, NamedTuple
 #   admit (hit_pages,)              fresh admission with that many prefix-cache hits
 #   resume (hit_pages, restored)    preempted request runs again; restored = positions
 #                                   taken back from its CPU snapshot past the hit pages
-#   preempt (by_rid, snapshot)      evicted from the running set for `by_rid`
+#   preempt (by, keeps_tokens)      evicted from the running set for request `by` (None: not
+#                                   said); keeps_tokens: it keeps its tokens (a CPU snapshot,
+#                                   or a recompute of prompt and tokens), else drops them
 #   rewind (frontier,)              unfinished WCPB chunk rolled back to the frontier
 #   prefill (start, end, depth)     chunk [start, end) ran depth `depth` (1-based);
 #                                   without WCPB a chunk runs and reports num_loops

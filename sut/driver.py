@@ -160,7 +160,7 @@ class Driver:
             if reason is None:
                 self.checks.append(c)
             else:
-                self.skipped[c.name] = reason
+                self.skipped[c.label] = reason
         self.obs = check_observation(self._call("observe", self.sut.observe), self.view.requests)
 
     # ----- inputs ------------------------------------------------------------------------

@@ -136,10 +136,13 @@ SutFactory = Callable[[Config], SystemUnderTest]
 CONFIG_FIELDS = frozenset(f.name for f in fields(Config))
 
 REQUEST = "a submitted request's id, or None"
-# The type of each argument of each event kind (model/events.py): int (not a bool), bool, str or REQUEST.
-_ARGS: dict[str, tuple[object, ...]] = {
-    "arrive": (), "reject": (str,), "abort": (), "admit": (int,), "resume": (int, int), "preempt": (REQUEST, bool),
-    "rewind": (int,), "prefill": (int, int, int), "token": (int, int, int), "publish": (int,), "finish": (str,)}
+# The name and type of each argument of each event kind (model/events.py): int (not a bool), bool, str or REQUEST.
+_ARGS: dict[str, tuple[tuple[str, object], ...]] = {
+    "arrive": (), "reject": (("reason", str),), "abort": (), "admit": (("hit_pages", int),),
+    "resume": (("hit_pages", int), ("restored", int)), "preempt": (("by", REQUEST), ("keeps_tokens", bool)),
+    "rewind": (("frontier", int),), "prefill": (("start", int), ("end", int), ("depth", int)),
+    "token": (("index", int), ("token_id", int), ("exit_depth", int)), "publish": (("page", int),),
+    "finish": (("reason", str),)}
 FINISH_REASONS = ("length", "stop", "abort", "rejected")
 
 
@@ -177,10 +180,10 @@ def check_events(events: object, known: Container[str]) -> list[Event]:
         wanted = _ARGS[e.kind]
         if len(e.args) != len(wanted):
             raise ProtocolError("event arity", f"{e} has {len(e.args)} args, {e.kind} takes {len(wanted)}")
-        for position, (arg, kind) in enumerate(zip(e.args, wanted, strict=True)):
+        for arg, (name, kind) in zip(e.args, wanted, strict=True):
             if not ((arg is None or arg in known) if kind is REQUEST else type(arg) is kind):
-                name = kind if kind is REQUEST else kind.__name__   # type: ignore[attr-defined]
-                raise ProtocolError("event argument types", f"{e}: argument {position} is {arg!r}, not {name}")
+                wanted_type = kind if kind is REQUEST else kind.__name__   # type: ignore[attr-defined]
+                raise ProtocolError("event argument types", f"{e}: {name} is {arg!r}, not {wanted_type}")
         if e.kind == "finish" and e.args[0] not in FINISH_REASONS:
             raise ProtocolError("finish reasons", f"{e}: reason must be one of {', '.join(FINISH_REASONS)}")
     return events

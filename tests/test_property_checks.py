@@ -17,6 +17,7 @@ import pytest
 
 from loopcheck.checks.base import Violation
 from loopcheck.checks.needs import covered_blocks
+from loopcheck.checks.rules import DocumentedRules
 from loopcheck.checks.safety import KvHitBlocks
 from loopcheck.checks.suite import CheckSet, checks_for
 from loopcheck.cli import main
@@ -205,7 +206,7 @@ def test_verify_on_another_system(capsys) -> None:
                  "--seed", "1"]) == 0
     out = capsys.readouterr().out
     assert "VERDICT: PASS: no property broke" in out
-    assert "checks not run: futile-preemption in " in out and "rules in " in out   # the toy claims no semantics
+    assert "checks not run: futile-preemption in " in out and "one-victim, victim-order, " in out   # no semantics
     assert main(["verify", "--adapter", f"{toy_file}:leaky", "--fuzz-seconds", "600", "--max-examples", "300",
                  "--seed", "1"]) == 1
     out = capsys.readouterr().out
@@ -300,7 +301,7 @@ def test_a_system_that_refuses_some_configs_is_fuzzed_on_the_others(tmp_path) ->
     assert result.stats.examples > 20 and sum(result.stats.windows.values()) > 0   # directed rounds ran
     assert result.stats.guidance["corpus entries"] > 0                            # and corpus rounds
     assert refused
-    assert result.stats.not_run[("rules", "the system does not claim loopcheck's semantics")] == \
+    assert result.stats.not_run[(DocumentedRules().label, "the system does not claim loopcheck's semantics")] == \
         result.stats.examples
 
     def small_pools(cfg: Config) -> ToyScheduler:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from loopcheck.checks.rules import DocumentedRules
 from loopcheck.checks.suite import CheckSet, checks_for
 from loopcheck.cli import main
 from loopcheck.fuzz.campaign import run_campaign
@@ -23,6 +24,7 @@ from loopcheck.sut.driver import run_workload
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM is not installed: run scripts/install-vllm.sh")
+RULES = DocumentedRules().label   # (the check's properties, one-victim, ...)
 EXAMPLES = Path(__file__).parent.parent / "examples" / "vllm"
 
 
@@ -46,13 +48,13 @@ def test_a_fitting_workload_drains_with_every_property_held() -> None:
                        RequestSpec("d", (9, 9), 3, arrival=2, abort_at=3)))
     run = run_workload(w, factory(), checks_for("property"))
     assert run.violation is None and run.drained
-    assert run.driver.skipped == {"priority-waiting": "the system claims no priority preemption "
-                                                      "(capabilities.priorities)",
+    assert run.driver.skipped == {"priority-inversion": "the system claims no priority preemption "
+                                                        "(capabilities.priorities)",
                                   "priority-victim": "the system claims no priority preemption "
                                                      "(capabilities.priorities)",
                                   "futile-preemption": "the system does not claim loopcheck's semantics (its "
                                                        "guarded preflight)",
-                                  "rules": "the system does not claim loopcheck's semantics"}
+                                  RULES: "the system does not claim loopcheck's semantics"}
     events = [e for evs in run.driver.trace for e in evs]
     assert ("admit", "b", (1,)) in [(e.kind, e.rid, e.args) for e in events]     # a prefix-cache hit
     assert run.observation.outputs["a"].finish_reason == "length"
