@@ -17,6 +17,7 @@ import pytest
 from loopcheck.cli import main
 from loopcheck.explorer import survey as survey_module
 from loopcheck.explorer.explore import (
+    PROGRESS_EVERY,
     YOUNG_COLLECTION_EVERY,
     Caps,
     Exploration,
@@ -552,7 +553,9 @@ def test_the_collector_runs_less_often_only_while_exploring() -> None:
     survey(five_requests(), 1, progress=lambda states, left: seen.append(gc.get_threshold()))
     explore(five_requests(), spread=3, max_states=6000,
             progress=lambda states, queue: seen.append((states, *gc.get_threshold())))
-    stopped = seen.pop()   # the explorer's one report, at 5000 states of the 6000 it may take
-    assert stopped[:2] == (5000, YOUNG_COLLECTION_EVERY)
-    assert seen and all(t[0] == YOUNG_COLLECTION_EVERY for t in seen)
+    explored = [t for t in seen if len(t) == 4]   # the explorer's reports: (states, *threshold)
+    surveyed = [t for t in seen if len(t) == 3]
+    assert explored and all(t[1] == YOUNG_COLLECTION_EVERY for t in explored)
+    assert explored[-1][0] == 6000 // PROGRESS_EVERY * PROGRESS_EVERY   # the last report before it stopped
+    assert surveyed and all(t[0] == YOUNG_COLLECTION_EVERY for t in surveyed)
     assert gc.get_threshold() == before

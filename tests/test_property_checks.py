@@ -37,6 +37,7 @@ from tests.helpers import req, workload
 from tests.toy_scheduler import MISPLACED, PINNED, ToyScheduler
 
 TOY = str(Path(__file__).parent / "toy_scheduler.py")
+SEEN_IN_TABLES_TOO = {"page-key"}   # bugs kv-hit-blocks sees as well (a hit reads a block of other tokens)
 
 
 def toy(*bugs: str):
@@ -57,14 +58,17 @@ def test_the_clean_toy_breaks_no_property(tmp_path) -> None:
     ("ignore-stop", "lifecycle", ()), ("self-preempt", "lone-preemption", ()), ("skip-position", "work", ()),
     ("chunk-overrun", "work", ()), ("lost-abort", "abort", ()), ("unreported-stop", "reported-outputs", ()),
     ("short-alloc", "kv-tables", ()), ("early-token", "work", ()), ("stale-resume", "work", ()),
+    # (with block tables, kv-hit-blocks sees the wrong block too: the toy here reports none, see below)
     ("page-key", "prefix-hits", ()), ("keep-on-preempt", "kv-excess", ()), ("phantom-restore", "work", ()),
     ("urgent-victim", "priority-victim", ()), ("stale-key", "kv-tables", ()), ("split-chunk", "work", ())])
 def test_each_planted_bug_is_caught_by_its_property(bug, prop, ignore, tmp_path) -> None:
     """Each bug is caught by the one property it breaks, first (where another
     property shows a consequence of it first, that one is ignored, as a user
-    would --ignore it)."""
+    would --ignore it; where block tables show it too, the toy reports none:
+    kv-hit-blocks has a planted bug of its own, below)."""
+    factory = partial(ToyScheduler, bugs=frozenset({bug}), block_tables=bug not in SEEN_IN_TABLES_TOO)
     with pytest.raises(Violation) as caught:
-        run_machine(toy(bug), max_examples=1000, shrink=False, out_dir=tmp_path, ignore=frozenset(ignore))
+        run_machine(factory, max_examples=1000, shrink=False, out_dir=tmp_path, ignore=frozenset(ignore))
     assert caught.value.prop == prop
     assert (tmp_path / f"counterexample-{prop}.json").exists()
 
