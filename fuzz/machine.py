@@ -47,6 +47,7 @@ class Stats:
     branches: Counter = field(default_factory=Counter)
     windows: Counter = field(default_factory=Counter)   # rare windows opened by the directed workloads run
     not_run: Counter = field(default_factory=Counter)   # (check, why it did not run) -> runs it did not run in
+    refused: Counter = field(default_factory=Counter)   # why the system refused a request (`Refused`) -> requests
     ignored: Counter = field(default_factory=Counter)   # ignored finding's signature -> runs that broke it
     after_ignored: Counter = field(default_factory=Counter)   # signature -> runs it broke after an ignored finding
     failure_at: float | None = None   # seconds into the campaign of the failure being handled (None: none)
@@ -93,9 +94,10 @@ class Stats:
 
     def note_run(self, driver: Driver) -> None:
         """A run's checks that did not run, with why (`Driver.skipped`), the
-        signatures of the ignored findings it met (by its checks, or the crash,
+        requests the system refused, by why, the signatures of the ignored findings it met (by its checks, or the crash,
         hang or liveness finding that ended it), and of the finding after one."""
         self.not_run.update(driver.skipped.items())
+        self.refused.update(driver.refused.values())
         if self.corpus is not None and driver.specs:
             cfg = driver.cfg
             self.corpus.note(driver.workload(), run_features(cfg.num_blocks, cfg.block_size, driver.specs,
@@ -234,7 +236,7 @@ class LoopcheckMachine(RuleBasedStateMachine):
                                           self.config.max_positions))
         if self.budget_spent():
             return "spent"
-        spec = RequestSpec(rid=f"q{len(self.driver.specs)}", **fields)
+        spec = RequestSpec(rid=f"q{len(self.driver.specs) + len(self.driver.refused)}", **fields)
         self.guarded(self.driver.add, spec)
         cls.stats.rules["add"] += 1
         return spec.rid

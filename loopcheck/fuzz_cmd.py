@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         "guidance": {name: sum(r.stats.guidance.get(name, 0) for r in results)
                      for name in ("corpus entries", "features", "code edges")},
         "checks_not_run": checks_not_run(sum((r.stats.not_run for r in results), Counter())),
+        "refused": dict(sorted(sum((r.stats.refused for r in results), Counter()).items())),
         "ignored": [{"signature": signature, "runs": runs}
                     for signature, runs in sorted(sum((r.stats.ignored for r in results), Counter()).items())],
         "after_ignored": [{"signature": signature, "runs": runs} for signature, runs in
@@ -156,6 +157,9 @@ def run(args: argparse.Namespace) -> int:
                                                           for name, count in summary["guidance"].items()))
         if summary["checks_not_run"]:
             print(not_run_line(summary["checks_not_run"], summary["examples"]))
+        if summary["refused"]:
+            print("requests the system refused (left out of their runs): " + "; ".join(
+                f"{count} ({why})" for why, count in summary["refused"].items()))
         if summary["ignored"]:
             print("ignored: " + "; ".join(f"{c['signature']} in {c['runs']} of {summary['examples']} runs"
                                           for c in summary["ignored"])

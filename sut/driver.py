@@ -28,6 +28,7 @@ from loopcheck.sut.protocol import (
     Internals,
     Observation,
     ProtocolError,
+    Refused,
     SutFactory,
     SystemUnderTest,
     check_events,
@@ -145,6 +146,7 @@ class Driver:
         self.inputs_until = -1       # inputs are scheduled up to this step (recorded workloads)
         self.checks: list[Check] = []
         self.skipped: dict[str, str] = {}
+        self.refused: dict[str, str] = {}   # requests the system refused at `add` (`Refused`) -> why
         self.obs = Observation()
         self._index: dict[str, int] = {}   # request id -> position in specs
         self.sut: SystemUnderTest
@@ -165,12 +167,23 @@ class Driver:
 
     # ----- inputs ------------------------------------------------------------------------
     def add(self, spec: RequestSpec) -> None:
-        """Submit a request; it arrives at this step."""
+        """Submit a request; it arrives at this step, unless the system refuses it
+        (`Refused`: it is then left out, kept in `refused` with why)."""
         self.raise_failure()
         spec = spec.submitted_at(self.t)
-        if spec.rid in self.view.requests:
+        if spec.rid in self.view.requests or spec.rid in self.refused:
             raise WorkloadError(f"request {spec.rid!r}: duplicate request id")
-        self._call("add", lambda: self.sut.add(spec))
+        refusal: list[str] = []
+
+        def submit() -> None:
+            try:
+                self.sut.add(spec)
+            except Refused as refused:
+                refusal.append(str(refused) or type(refused).__name__)
+        self._call("add", submit)
+        if refusal:
+            self.refused[spec.rid] = refusal[0]
+            return
         self._index[spec.rid] = len(self.specs)
         self.specs.append(spec)
         self.view.submit(spec)
@@ -181,8 +194,11 @@ class Driver:
     def abort(self, rid: str) -> None:
         """Abort a request at this step, finished or not, as a real API takes an
         abort of a request that already finished (no effect once already
-        aborted: a workload records one abort a request)."""
+        aborted: a workload records one abort a request; none for a request the
+        system refused)."""
         self.raise_failure()
+        if rid in self.refused:
+            return   # (it was never submitted)
         index = self._index[rid]
         if self.specs[index].abort_at is not None:
             return

@@ -40,6 +40,14 @@ class ProtocolError(Exception):
         self.rule = rule
 
 
+class Refused(Exception):  # noqa: N818 - what the system answers, not an error of loopcheck's
+    """Raised by a SUT's `add` for a request its API refuses, as a server answers
+    a request it will not take with an error (a prompt longer than the system's
+    maximum length, a parameter it does not allow): the request is not
+    submitted, nothing judges it, and the run goes on without it. The message
+    says why; the driver counts it (`Driver.refused`)."""
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a SUT reports and claims.

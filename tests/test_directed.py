@@ -100,7 +100,7 @@ def test_a_snapshot_kept_after_an_abort_is_found_by_a_directed_window(monkeypatc
         seq.snapshot = snapshot               # the CPU snapshot stays
 
     monkeypatch.setattr(Scheduler, "end", end)
-    result = run_campaign("guarded", 600, 1, tmp_path, mode="random", max_examples=400)
+    result = run_campaign("guarded", 600, 1, tmp_path, mode="random", max_examples=400, max_replays=30)
     assert result.violation is not None and result.violation.prop == "kv-conservation"
     assert "snapshot" in result.violation.message
 
@@ -117,5 +117,5 @@ def test_a_preflight_without_the_watermark_is_caught_without_a_reference(monkeyp
     monkeypatch.setattr(reference._Step, "preflight",
                         lambda self, i, v, others, active: original(self, i, v, others, False))
     result = run_campaign("guarded", 600, 1, tmp_path, mode="random", factory=ModelSUT, checks=CheckSet("property"),
-                          max_examples=200)
+                          max_examples=200, max_replays=30)
     assert result.violation is not None and result.violation.prop == "futile-preemption"

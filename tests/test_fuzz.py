@@ -135,7 +135,7 @@ def test_mutant_watermark_ignored(monkeypatch) -> None:
 
 def test_fuzz_cli(tmp_path, capsys) -> None:
     code = main(["fuzz", "--policy", "unguarded", "--budget-seconds", "600", "--max-examples", "200", "--seed", "3",
-                 "--out", str(tmp_path), "--json"])
+                 "--shrink-replays", "40", "--out", str(tmp_path), "--json"])
     assert code == 1
     captured = capsys.readouterr()
     data = json.loads(captured.out)
@@ -162,12 +162,14 @@ def test_parallel_campaigns_report_each_worker(tmp_path, capsys) -> None:
 
 
 def test_the_example_database_keeps_failures_for_the_next_campaign(tmp_path) -> None:
-    first = run_campaign("unguarded", 600, 4, tmp_path, max_examples=200)
+    first = run_campaign("unguarded", 600, 4, tmp_path, max_examples=200, max_replays=20)
     assert first.violation is not None
     saved = [p for p in (tmp_path / "db").rglob("*") if p.is_file()]
     assert saved, "the failing example was not saved"
-    again = run_campaign("unguarded", 600, 999, tmp_path, max_examples=200)   # another seed: the database replays it
-    fresh = run_campaign("unguarded", 600, 999, tmp_path / "fresh", max_examples=200)
+    again = run_campaign("unguarded", 600, 999, tmp_path, max_examples=200,
+                         max_replays=20)   # another seed: the database replays it
+    fresh = run_campaign("unguarded", 600, 999, tmp_path / "fresh", max_examples=200,
+                         max_replays=20)
     assert again.violation is not None and fresh.violation is not None
     assert again.stats.examples < fresh.stats.examples
 

@@ -37,6 +37,6 @@ def redis_url(tmp_path):
 
 
 def test_a_failing_example_is_saved_to_redis(redis_url, tmp_path) -> None:
-    result = run_campaign("unguarded", 600, 2, tmp_path, db=redis_url, max_examples=200)
+    result = run_campaign("unguarded", 600, 2, tmp_path, db=redis_url, max_examples=200, max_replays=20)
     assert result.violation is not None
     assert redis.Redis.from_url(redis_url).dbsize() > 0

@@ -124,5 +124,5 @@ def test_a_policy_bug_planted_in_the_model_is_found_without_a_reference(monkeypa
                                                                          policy) -> None:
     plant(monkeypatch)
     result = run_campaign(policy, 600, 1, tmp_path, mode="random", factory=ModelSUT, checks=CheckSet("property"),
-                          max_examples=200)
+                          max_examples=200, max_replays=30)
     assert result.violation is not None and result.violation.prop == prop

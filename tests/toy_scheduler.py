@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event, RequestOutput
 from loopcheck.model.workload import RequestSpec
-from loopcheck.sut.protocol import Capabilities, Observation
+from loopcheck.sut.protocol import Capabilities, Observation, Refused
 
 PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
               allocation="incremental", watermark_blocks=0, execution="mixed")
@@ -321,3 +321,13 @@ def leaky_over_slots(cfg: Config) -> ToyScheduler:
 def spinning(cfg: Config) -> ToyScheduler:
     """The toy waiting, inside a step, for blocks a waiting request needs."""
     return ToyScheduler(cfg, frozenset({"spin"}))
+
+
+class LongPromptsRefused(ToyScheduler):
+    """The toy behind an API that refuses prompts longer than 4 tokens (as a server
+    with a maximum length answers such a request with an error)."""
+
+    def add(self, spec: RequestSpec) -> None:
+        if len(spec.prompt) > 4:
+            raise Refused(f"prompt of {len(spec.prompt)} tokens, the most is 4")
+        super().add(spec)
