@@ -17,10 +17,12 @@ Tested equal, figure for figure, to exploring and analysing every variant.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from loopcheck.explorer.explore import (
+    MEMORY_CHECK_EVERY,
     PROGRESS_EVERY,
     Caps,
     FutureGraph,
@@ -53,15 +55,17 @@ def survey_of_variant(w: Workload, reduce: bool, caps: Caps, graph: FutureGraph,
     """Variant `w`'s survey, the same as exploring and analysing its graph; None
     when its tail has a cycle, or its states pass `caps.max_states`, or the
     process the memory cap (explore it then). `progress(states, queue)` every
-    PROGRESS_EVERY states of the head, and of the tail's nodes expanded (with
-    queue 0). A `full` graph is restarted first, as exploring does."""
+    PROGRESS_EVERY states of the head, and for each node of the tail it expands
+    (with queue 0; the callback decides by the clock whether to print). A `full`
+    graph is restarted first, as exploring does."""
     if graph.full():
         graph.restart()
     timing = graph.timing(w, reduce)
     head = _Head(graph, timing, reduce)
     if not head.explore(caps, progress):
         return None
-    expanded = None if progress is None else lambda n: progress(head.states + n, 0)
+    tail_nodes = itertools.count(1)
+    expanded = None if progress is None else lambda: progress(head.states + next(tail_nodes), 0)
     tail = tail_of(graph, frozenset(head.entries), timing, reduce, expanded)
     if tail is None or head.states + tail.states > caps.max_states or caps.memory_exceeded():
         return None
@@ -123,11 +127,11 @@ class _Head:
                 edge_start.append(len(target))
             if self.states + len(found) > caps.max_states:
                 return False
-            if self.states // PROGRESS_EVERY != (self.states + len(found)) // PROGRESS_EVERY:
-                if caps.memory_exceeded():
-                    return False
-                if progress:
-                    progress(self.states + len(found), len(found))
+            if self.states // MEMORY_CHECK_EVERY != (self.states + len(found)) // MEMORY_CHECK_EVERY and \
+                    caps.memory_exceeded():
+                return False
+            if progress and self.states // PROGRESS_EVERY != (self.states + len(found)) // PROGRESS_EVERY:
+                progress(self.states + len(found), len(found))
             level = found
         return True
 
@@ -148,15 +152,14 @@ class _Head:
 
 
 def tail_of(graph: FutureGraph, entries: frozenset[int], timing: Timing, reduce: bool,
-            expanded: Callable[[int], None] | None = None) -> Tail | None:
+            expanded: Callable[[], None] | None = None) -> Tail | None:
     """The figures of the nodes reachable from `entries` (timeless nodes of
     `timing`'s kind); None when one of them reaches a cycle (other than a
     drained node's self-loop). Worked out once per set of entries (per graph).
-    `expanded(n)`: every PROGRESS_EVERY nodes expanded, n so far."""
+    `expanded()` after each node it expands."""
     if entries in graph.tails:
         return graph.tails[entries]
-    count = [0]
-    if any(drains(graph, n, timing, reduce, expanded, count) is None for n in sorted(entries)):
+    if any(drains(graph, n, timing, reduce, expanded) is None for n in sorted(entries)):
         found = None
     else:
         distance = dict.fromkeys(sorted(entries), 0)
@@ -176,15 +179,14 @@ def tail_of(graph: FutureGraph, entries: frozenset[int], timing: Timing, reduce:
 
 
 def drains(graph: FutureGraph, node: int, timing: Timing, reduce: bool,
-           expanded: Callable[[int], None] | None = None, count: list[int] | None = None) -> Drain | None:
+           expanded: Callable[[], None] | None = None) -> Drain | None:
     """Whether timeless node `node` can reach a drained node, and the most steps
     and preemptions of a path from it to one (a drained node's self-loop is no
     step); None when it reaches a cycle other than such a self-loop. Worked out
     once per node (per graph), by a depth-first search that expands the nodes
-    it reaches. `expanded(count[0])` every PROGRESS_EVERY nodes it expands
-    (`count[0]` counts them, over calls that share `count`)."""
+    it reaches; `expanded()` after each node it expands (each costs model
+    steps, so the call is nothing beside it)."""
     memo, adjacent, drained = graph.drains, graph.adjacent, graph.drained
-    count = [0] if count is None else count
     if node in memo:
         return memo[node]
 
@@ -192,9 +194,8 @@ def drains(graph: FutureGraph, node: int, timing: Timing, reduce: bool,
         out = adjacent[n]
         if out is None:
             out = graph.successors(n, timing.horizon, timing, reduce)
-            count[0] += 1
-            if expanded is not None and count[0] % PROGRESS_EVERY == 0:
-                expanded(count[0])
+            if expanded is not None:
+                expanded()
         return [n, out, 0, drained[n], 0, 0, False]
 
     def add(into: list, found: Drain | None, preempted: int) -> None:

@@ -28,6 +28,7 @@ from loopcheck.model.config import Config
 from loopcheck.model.errors import StopRequest, WorkloadError
 from loopcheck.model.events import Event
 from loopcheck.model.workload import RequestSpec, Workload, save_workload
+from loopcheck.report import Ticker
 from loopcheck.sut.coverage import EdgeCoverage
 from loopcheck.sut.driver import Driver, RunEnded
 from loopcheck.sut.loader import capabilities_of
@@ -51,8 +52,8 @@ class Stats:
     ignored: Counter = field(default_factory=Counter)   # ignored finding's signature -> runs that broke it
     after_ignored: Counter = field(default_factory=Counter)   # signature -> runs it broke after an ignored finding
     failure_at: float | None = None   # seconds into the campaign of the failure being handled (None: none)
-    ticker: Callable[[], None] | None = None   # called about every TICK seconds of stepping
-    next_tick: float = 0.0
+    ticker: Callable[[], None] | None = None   # called when `clock` says a progress line is due, while stepping
+    clock: Ticker = field(default_factory=Ticker)
     deadline: float | None = None   # time.monotonic() after which no new action starts (until a failure)
     max_examples: int | None = None   # examples after which no new one starts (a work bound)
     preempted: set[str] = field(default_factory=set)         # requests preempted and not back yet
@@ -61,8 +62,6 @@ class Stats:
     coverage: EdgeCoverage | None = None   # the system's code edges in the current run, where guidance measures them
     corpus: Corpus | None = None           # where runs' features are noted (guidance from the system itself)
     guidance: dict[str, int] = field(default_factory=dict)   # what the corpus held at the end, for the summary
-
-    TICK = 2.0
 
     def spent(self) -> bool:
         """Past the deadline, or the examples bound reached."""
@@ -94,8 +93,9 @@ class Stats:
 
     def note_run(self, driver: Driver) -> None:
         """A run's checks that did not run, with why (`Driver.skipped`), the
-        requests the system refused, by why, the signatures of the ignored findings it met (by its checks, or the crash,
-        hang or liveness finding that ended it), and of the finding after one."""
+        requests the system refused, by why, the signatures of the ignored
+        findings it met (by its checks, or the crash, hang or liveness finding
+        that ended it), and of the finding after one."""
         self.not_run.update(driver.skipped.items())
         self.refused.update(driver.refused.values())
         if self.corpus is not None and driver.specs:
@@ -114,8 +114,7 @@ class Stats:
         """Scheduler branches, as far as events show them; and the ticker, when due."""
         self.steps += 1
         self.held.append(obs.blocks_held)
-        if self.ticker is not None and time.monotonic() >= self.next_tick:
-            self.next_tick = time.monotonic() + self.TICK
+        if self.ticker is not None and self.clock.due():
             self.ticker()
         for e in events:
             name = e.kind

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from loopcheck.checks.base import Check
 from loopcheck.model.errors import StopRequest
 from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.report import Ticker
 from loopcheck.sut.driver import Run, run_workload
 from loopcheck.sut.protocol import SutFactory
 
@@ -90,7 +91,7 @@ def shrink(w: Workload, signature: str, factory: SutFactory, checks: Callable[[]
         raise ValueError(f"the workload does not reproduce {signature!r}")
     replays = 0
     improved = True
-    next_tick = time.monotonic() + tick
+    clock = Ticker(tick)
     while improved and replays < max_replays:
         improved = False
         for cand in _candidates(w):
@@ -100,9 +101,8 @@ def shrink(w: Workload, signature: str, factory: SutFactory, checks: Callable[[]
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 return Shrunk(w, best, replays, cut=True)
-            if progress and time.monotonic() >= next_tick:
+            if progress and clock.due():
                 progress(f"shrinking: {replays} replays, {len(w.requests)} requests")
-                next_tick = time.monotonic() + tick
             replays += 1
             StopRequest.check()
             run = run_workload(cand, factory, checks())

@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     shape = Shape.parse(args.shape)
-    caps = capabilities_of(load_factory(args.adapter))
+    factory = load_factory(args.adapter)
+    caps = capabilities_of(factory)
     checks = check_set_of(args, caps.semantics)
     check = checks.mode
     configs = args.configs or ("regression" if caps.semantics == "loopcheck" else "random")
@@ -142,8 +143,7 @@ def run(args: argparse.Namespace) -> int:
                              "reproduce": command_line(with_replays(argv, f.shrink_replays))} for f in findings],
         "interrupted": any(r.interrupted is not None for r in results),
     }
-    summary["report"] = str(write_report(Path(args.out), command_line(argv), summary, findings,
-                                         load_factory(args.adapter)))
+    summary["report"] = str(write_report(Path(args.out), command_line(argv), summary, findings, factory))
     if args.json:
         print(json.dumps(summary))
     else:

@@ -559,3 +559,20 @@ def test_the_collector_runs_less_often_only_while_exploring() -> None:
     assert explored[-1][0] == 6000 // PROGRESS_EVERY * PROGRESS_EVERY   # the last report before it stopped
     assert surveyed and all(t[0] == YOUNG_COLLECTION_EVERY for t in surveyed)
     assert gc.get_threshold() == before
+
+
+def test_a_timeline_row_is_the_status_after_each_step() -> None:
+    """Statuses read from the events: none before arrival, the status a step left
+    (a preemption and resumption in one step leave it running), the finishing
+    step drawn in the status it finished from, none after."""
+    from loopcheck.model.events import Event
+    from loopcheck.timeline import Timeline, statuses
+
+    w = workload(req("a", 2, 2), req("b", 2, 2))
+    steps = [[Event("arrive", "a"), Event("admit", "a", (0,))],
+             [Event("arrive", "b"), Event("preempt", "a", ("b", False)), Event("resume", "a", (0, 0))],
+             [Event("preempt", "a", ("b", False))],
+             [Event("admit", "b", (0,)), Event("finish", "b", ("length",))], []]
+    rows = statuses(Timeline(w, steps, [0] * len(steps), None, None, ""))
+    assert rows == {"a": ["running", "running", "preempted", "preempted", "preempted"],
+                    "b": [None, "waiting", "waiting", "running", None]}

@@ -108,6 +108,10 @@ def test_the_command_lists_distinct_bugs_and_reproduces_them(tmp_path: Path, cap
     assert props == ["kv-conservation", "seq-cap"]
     assert all("--keep-going" in c["reproduce"] for c in one["counterexamples"])
     assert f"--ignore {one['counterexamples'][0]['signature']}" in one["counterexamples"][1]["replay"]
+    report = Path(one["report"]).read_text()   # OUT/report.md: each finding, its replay line and timeline
+    for c in one["counterexamples"]:
+        picture = Path(c["file"]).with_suffix(".png")
+        assert c["signature"] in report and c["replay"] in report and picture.name in report and picture.exists()
     assert main(argv + ["--out", str(tmp_path / "b")]) == 1   # the same seed and work bound: the same files
     two = json.loads(capsys.readouterr().out.splitlines()[-1])
     for a, b in zip(one["counterexamples"], two["counterexamples"], strict=True):
