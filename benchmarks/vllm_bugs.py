@@ -1,6 +1,6 @@
 """loopcheck against vLLM's v1 scheduler from scratch (property mode, random configs
 vLLM supports): time to each known bug over seeds, shrunk size, replay. Needs the
-vLLM extra (scripts/install-vllm.sh).
+vLLM extra (scripts/install-engine.sh vllm).
 
 - the queue-head stall of a request larger than the pool (vLLM issue #35541):
   default workload shape, expecting `stall` or `never-fit-not-rejected`;

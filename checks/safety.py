@@ -85,10 +85,13 @@ class KvTables(Check):
     twice; the pages cover the positions the request has by the trace
     (`RequestView.reach`); every listed block is counted held (a listed block
     counted free is reused while the request reads it); and a block in two
-    tables is the same full page of both (the same index, both requests past
-    its end, the same tokens up to it): only such a page is read-only, so
-    sharing any other lets one request write KV that another reads. Tables of
-    requests not running are not judged (`kv-excess` counts their blocks)."""
+    tables is the same page of both, full (the same index, one of them past its
+    end, the same tokens up to it): a request may join a page another has
+    written (a prefix hit, or a system that deduplicates a page it is still
+    computing onto the copy another finished: it then writes the same KV as
+    is there), but sharing any other lets one request write KV that another
+    reads. Tables of requests not running are not judged (`kv-excess` counts
+    their blocks)."""
 
     props = ("kv-tables",)
 
@@ -125,15 +128,15 @@ class KvTables(Check):
 
 def _shared(block: int, a: RequestView, j: int, b: RequestView, k: int, block_size: int) -> None:
     """Block `block`, page j of a's table and page k of b's, may be shared: the
-    same full page of both, of the same tokens; else a Violation."""
+    same page of both, of the same tokens, which one of them has written in
+    full; else a Violation."""
     if j != k:
         raise Violation("kv-tables", f"block {block} is page {j} of {a.spec.rid} and page {k} of {b.spec.rid}")
     end = (k + 1) * block_size
-    for r in (a, b):
-        if (r.reach or 0) < end:
-            raise Violation("kv-tables", f"block {block}, page {k} of {a.spec.rid} and {b.spec.rid}, is shared "
-                                         f"but {r.spec.rid} has only positions 0..{r.reach} of it (a page is "
-                                         "shared once full)")
+    if max(a.reach or 0, b.reach or 0) < end:
+        raise Violation("kv-tables", f"block {block}, page {k} of {a.spec.rid} and {b.spec.rid}, is shared but "
+                                     f"they have only positions 0..{a.reach or 0} and 0..{b.reach or 0} of it "
+                                     "(a page is shared once one of them has written it in full)")
     if a.content(end) != b.content(end):
         raise Violation("kv-tables", f"block {block}, page {k} of {a.spec.rid} and {b.spec.rid}, is shared but "
                                      f"their tokens at positions 0..{end} differ: {list(a.content(end))} and "

@@ -35,7 +35,7 @@ from loopcheck.fuzz.machine import (
 from loopcheck.fuzz.mutate import Limits
 from loopcheck.fuzz.seeds import derived_seed
 from loopcheck.fuzz.shrink import shrink
-from loopcheck.fuzz.strategies import DEFAULT_SHAPE, Shape, configs
+from loopcheck.fuzz.strategies import DEFAULT_SHAPE, Shape, configs, page_scale
 from loopcheck.model.config import Config, regression_config
 from loopcheck.model.errors import StopRequest, WorkloadError, exit_code
 from loopcheck.model.workload import Workload, load_workload, workload_from_json
@@ -118,10 +118,12 @@ def open_database(spec: str | None, out: Path) -> ExampleDatabase:
 
 def config_strategy(mode: str, policy: str, pinned: dict[str, Any]) -> tuple[st.SearchStrategy[Config], int, int]:
     """(configs, max prompt, max tokens) for a campaign mode, with the fields the
-    system supports only at one value pinned."""
+    system supports only at one value pinned (sizes scaled to a pinned page,
+    `page_scale`)."""
+    scale = page_scale(pinned.get("block_size"))
     if mode == "regression":
-        return st.just(regression_config(**{"preemption_policy": policy, **pinned})), 12, 8
-    return configs(**{"preemption_policy": policy, **pinned}), 6, 5
+        return st.just(regression_config(**{"preemption_policy": policy, **pinned})), 12 * scale, 8 * scale
+    return configs(**{"preemption_policy": policy, **pinned}), 6 * scale, 5 * scale
 
 
 def progress_line(elapsed: float, stats: Stats) -> str:
@@ -203,7 +205,8 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
                 run_recorded(((w, Counter()) for w in stats.corpus.saved()), hunt)
             while True:
                 if hunt.found is None:
-                    machine = machine_class(strategy, factory, hunt.checks, out, stats, max_prompt, max_tokens, shape)
+                    machine = machine_class(strategy, factory, hunt.checks, out, stats, max_prompt, max_tokens, shape,
+                                            prefix_scale=page_scale(pinned.get("block_size")))
                     run_batches(machine, hunt, seed_value, batches, batch_examples, guided_rounds)
                 if hunt.found is None:
                     break

@@ -180,6 +180,7 @@ class LoopcheckMachine(RuleBasedStateMachine):
     stats: Stats = Stats()
     max_prompt: int = 6
     max_tokens: int = 5
+    prefix_scale: int = 1   # drawn prefixes (2 to 6 tokens) repeated this many times
     clock_start: float = 0.0
     can_abort: bool = True
 
@@ -187,7 +188,8 @@ class LoopcheckMachine(RuleBasedStateMachine):
 
     def setup(self, config: Config, prefixes: tuple[tuple[int, ...], ...], shape: Shape) -> None:
         cls = type(self)
-        self.prefixes, self.example_shape, self.config = prefixes, shape, config
+        self.prefixes = tuple(prefix * cls.prefix_scale for prefix in prefixes)
+        self.example_shape, self.config = shape, config
         self.spent = False
         if self.budget_spent():
             return
@@ -273,10 +275,12 @@ PREFIXES = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=6).
 def machine_class(configs: st.SearchStrategy[Config], factory: SutFactory = TorchSUT,
                   checks: CheckSet = LOCKSTEP,
                   out_dir: Path | None = None, stats: Stats | None = None, max_prompt: int = 6,
-                  max_tokens: int = 5, shape: Shape = DEFAULT_SHAPE, source: str = "loopcheck fuzz"
-                  ) -> type[LoopcheckMachine]:
+                  max_tokens: int = 5, shape: Shape = DEFAULT_SHAPE, source: str = "loopcheck fuzz",
+                  prefix_scale: int = 1) -> type[LoopcheckMachine]:
     """A machine class bound to a config strategy, a system, its checks, an
-    output folder and a workload shape (each example draws a swarm subset of it)."""
+    output folder and a workload shape (each example draws a swarm subset of it),
+    with prompts of up to `max_prompt` tokens sharing prefixes drawn `prefix_scale`
+    times their usual length."""
 
     class BoundLoopcheckMachine(LoopcheckMachine):
         @initialize(config=configs, prefixes=PREFIXES, example_shape=shape.swarm())
@@ -289,6 +293,7 @@ def machine_class(configs: st.SearchStrategy[Config], factory: SutFactory = Torc
     BoundLoopcheckMachine.stats = stats or Stats()
     BoundLoopcheckMachine.max_prompt = max_prompt
     BoundLoopcheckMachine.max_tokens = max_tokens
+    BoundLoopcheckMachine.prefix_scale = prefix_scale
     BoundLoopcheckMachine.shape = shape
     BoundLoopcheckMachine.source = source
     BoundLoopcheckMachine.clock_start = time.monotonic()

@@ -80,14 +80,23 @@ def _feature(value: str | int, drawn: st.SearchStrategy[Any], off: Any) -> st.Se
 DEFAULT_SHAPE = Shape()
 
 
+def page_scale(block_size: int | None) -> int:
+    """How many times loopcheck's usual sizes (prompts, budgets, tokens) a system
+    is drawn with: 1, or for a system pinned to pages larger than the drawn
+    ones (1 to 4 positions), its page size over 4, rounded up, so that its
+    prompts still span pages and share them."""
+    return 1 if block_size is None else max(1, -(-block_size // 4))
+
+
 @st.composite
 def configs(draw: st.DrawFn, **fixed: Any) -> Config:
     """Small configs covering every switch; keyword arguments pin fields (fields
     that depend on them, such as min_loops or the watermark, are drawn within the
-    pinned values)."""
+    pinned values; token budgets scale with a pinned page, `page_scale`)."""
     def pick(name: str, strategy: st.SearchStrategy[Any]) -> Any:
         return fixed[name] if name in fixed else draw(strategy)
 
+    scale = page_scale(fixed.get("block_size"))
     num_loops = pick("num_loops", st.integers(1, 4))
     layout = pick("kv_layout", st.sampled_from(["shared", "last_exited"]))
     planes = num_loops if layout == "last_exited" else 1
@@ -96,8 +105,8 @@ def configs(draw: st.DrawFn, **fixed: Any) -> Config:
         block_size=pick("block_size", st.integers(1, 4)),
         num_blocks=num_blocks,
         max_num_seqs=pick("max_num_seqs", st.integers(1, 4)),
-        max_num_batched_tokens=pick("max_num_batched_tokens", st.integers(1, 8)),
-        prefill_chunk_size=pick("prefill_chunk_size", st.integers(1, 6)),
+        max_num_batched_tokens=pick("max_num_batched_tokens", st.integers(1, 8 * scale)),
+        prefill_chunk_size=pick("prefill_chunk_size", st.integers(1, 6 * scale)),
         num_loops=num_loops,
         min_loops=pick("min_loops", st.integers(1, num_loops)),
         execution=pick("execution", st.sampled_from(["refill", "mixed"])),

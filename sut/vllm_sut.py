@@ -3,7 +3,7 @@ prefix caching, chunked prefill, preemption and the "priority" policy) as a syst
 under test, driven on the CPU with a fake model the way vLLM's own unit tests do:
 schedule() -> a ModelRunnerOutput we make up -> update_from_output().
 
-Install with `scripts/install-vllm.sh` (vLLM without its CUDA stack; pinned in
+Install with `scripts/install-engine.sh vllm` (vLLM without its CUDA stack; pinned in
 constraints-vllm.txt). Config mapping: block_size; num_blocks usable blocks (vLLM
 reserves one more as its null block); max_num_seqs; max_num_batched_tokens;
 prefill_chunk_size as long_prefill_token_threshold; prefix_caching; policy

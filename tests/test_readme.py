@@ -3,7 +3,8 @@ commands are the ones CI runs (.ci/run), and each `loopcheck` line is run here a
 written, expecting the exit status its comment gives (`# exits N`; else 0), from
 the repository's root. `loopcheck verify` alone gets a seed and a work bound
 added (--seed 1 --max-examples 60), so that its verdict does not depend on the
-machine's speed. Lines that need vLLM skip, visibly, without it."""
+machine's speed. Lines that need an engine's extra (vLLM, LMDeploy) skip,
+visibly, without it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from loopcheck.cli import main
 ROOT = Path(__file__).parent.parent
 EXITS = re.compile(r"\s+#\s*exits (\d+)\s*$")
 WORK_BOUND = ["--seed", "1", "--max-examples", "60"]
+ENGINES = ("vllm", "lmdeploy")   # the shipped adapters of real engines, each with its extra
 
 
 def readme_commands() -> list[str]:
@@ -48,8 +50,9 @@ def test_the_install_and_test_commands_are_what_ci_runs(line: str) -> None:
 
 @pytest.mark.parametrize("line", [c for c in readme_commands() if c.startswith("loopcheck ")])
 def test_each_loopcheck_command_of_the_readme_runs(line: str, monkeypatch, capsys) -> None:
-    if "--adapter vllm" in line and importlib.util.find_spec("vllm") is None:
-        pytest.skip("vLLM is not installed (scripts/install-vllm.sh)")
+    for engine in ENGINES:
+        if f"--adapter {engine}" in line and importlib.util.find_spec(engine) is None:
+            pytest.skip(f"{engine} is not installed (scripts/install-engine.sh {engine})")
     found = EXITS.search(line)
     expected = int(found.group(1)) if found else 0
     argv = shlex.split(EXITS.sub("", line))[1:]

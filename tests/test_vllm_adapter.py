@@ -3,7 +3,7 @@ workloads that break no property, and loopcheck finds, shrinks and replays its t
 known bugs: the queue-head stall of a request larger than the pool (vLLM issue
 #35541) and the priority inversion when max_num_seqs is the bottleneck (#40004).
 
-Needs the vLLM extra (scripts/install-vllm.sh, which CI runs); without it these
+Needs the vLLM extra (scripts/install-engine.sh vllm, which CI runs); without it these
 tests are skipped with that reason, visibly."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from loopcheck.model.workload import RequestSpec, Workload, load_workload
 from loopcheck.sut.driver import run_workload
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                reason="vLLM is not installed: run scripts/install-vllm.sh")
+                                reason="vLLM is not installed: run scripts/install-engine.sh vllm")
 RULES = DocumentedRules().label   # (the check's properties, one-victim, ...)
 EXAMPLES = Path(__file__).parent.parent / "examples" / "vllm"
 
