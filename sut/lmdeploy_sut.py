@@ -6,18 +6,14 @@ the last one's output; and the engine's own intake and session calls) as a syste
 under test, on the CPU with a fake executor in place of the model.
 
 Install with `scripts/install-engine.sh lmdeploy` (pinned in requirements-lmdeploy.txt).
-What is replaced, because it needs a GPU: the executor and its model agent (which
-runs the model, samples, and decides `stopped` from the stop words and the tokens
-left; here the token is a hash of the sequence so far and `stopped` is computed
-from the same two rules), and the model's config (only its BOS id is read, as
-the pad token). Everything else is LMDeploy's code, called in the order
-`EngineLoop.main_loop` calls it; one loopcheck step is one turn of that loop.
-
-Config mapping: block_size; num_blocks as num_gpu_blocks (no CPU blocks);
-max_num_seqs as max_batches; max_num_batched_tokens as max_prefill_token_num (the
-prefill budget, and the size of a long prompt's chunks); prefix_caching. LMDeploy
-has no priorities, allocates as it grows, preempts by recompute and runs prefill
-and decode in separate forwards: those fields are pinned.
+Replaced, because they need a GPU or a model: the executor and its model agent (a
+token is a hash of the sequence so far; `stopped` by the agent's two rules, a stop
+word or the token budget spent) and the model's config (only its BOS id is read);
+and the clock LMDeploy's scheduling modules order by, for determinism. One loopcheck
+step is one turn of `EngineLoop.main_loop`; a forward is reported when answered.
+The config mapping (block_size pinned to 16, upfront allocation pinned for its
+looser bound, max_num_batched_tokens as the prefill budget) and the reasons are in
+docs/checking.md, "LMDeploy".
 """
 
 from __future__ import annotations
@@ -106,6 +102,18 @@ def _install_clock() -> None:
         module = importlib.import_module(name)
         if not isinstance(module.time, _StepClock):
             module.time = _StepClock()
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """The one event loop every LMDeploy system of this process runs its engine
+    loop's coroutines on (each turn runs to completion in it)."""
+    global _EVENT_LOOP
+    if _EVENT_LOOP is None:
+        _EVENT_LOOP = asyncio.new_event_loop()
+    return _EVENT_LOOP
+
+
+_EVENT_LOOP: asyncio.AbstractEventLoop | None = None
 
 
 class _EngineFront:
@@ -207,7 +215,6 @@ class LmdeploySUT:
                                seq_strategy=self.seq_strategy, inputs_maker=self.maker,
                                config=EngineLoopConfig(role=EngineRole.Hybrid))
         self.front = _EngineFront(Engine, self.scheduler, sched_cfg, cache_cfg)
-        self.events = asyncio.new_event_loop()
         self.next: tuple[dict[str, Any], list[Any]] | None = None   # the forward dispatched, not yet answered
         self.pending: list[RequestSpec] = []
         self.aborts: list[str] = []
@@ -252,7 +259,7 @@ class LmdeploySUT:
                 self.outputs[rid].finish_reason = "abort"
                 self.running.discard(rid)
         self.aborts = []
-        self.events.run_until_complete(self._turn())
+        _event_loop().run_until_complete(self._turn())
         for rid in list(self.answering):
             events += self._computed(rid)
         events += self._preempted()

@@ -49,8 +49,13 @@ def test_the_clean_toy_breaks_no_property(tmp_path) -> None:
     assert stats.examples >= 300 and stats.branches["preempt+restart"] > 0 and stats.branches["abort"] > 0
 
 
+# (Hypothesis draws constants it finds in the modules loaded so far, so which example
+# comes first depends on what the process imported before: where an example can show
+# a consequence first, it is ignored whichever comes first)
 @pytest.mark.parametrize("bug,prop,ignore", [
-    ("leak", "kv-conservation", ()), ("no-reject", "never-fit-not-rejected", ()), ("slot-cap", "seq-cap", ()),
+    # an admitted request that never fits can loop before it is judged
+    ("leak", "kv-conservation", ()), ("no-reject", "never-fit-not-rejected", ("livelock",)),
+    ("slot-cap", "seq-cap", ()),
     ("budget", "token-cap", ()), ("crash-on-abort", "crash", ()), ("no-priority", "priority-inversion", ()),
     ("batch-dependent-token", "output-equivalence", ()),
     # the extra token needs a block beyond the request's lifetime need, so a pointless lone preemption shows first
@@ -60,7 +65,9 @@ def test_the_clean_toy_breaks_no_property(tmp_path) -> None:
     ("short-alloc", "kv-tables", ()), ("early-token", "work", ()), ("stale-resume", "work", ()),
     # (with block tables, kv-hit-blocks sees the wrong block too: the toy here reports none, see below)
     ("page-key", "prefix-hits", ()), ("keep-on-preempt", "kv-excess", ()), ("phantom-restore", "work", ()),
-    ("urgent-victim", "priority-victim", ()), ("stale-key", "kv-tables", ()), ("split-chunk", "work", ())])
+    # (a stale key's page, reused, is a wrong block for the hit too)
+    ("urgent-victim", "priority-victim", ()), ("stale-key", "kv-tables", ("kv-hit-blocks",)),
+    ("split-chunk", "work", ())])
 def test_each_planted_bug_is_caught_by_its_property(bug, prop, ignore, tmp_path) -> None:
     """Each bug is caught by the one property it breaks, first (where another
     property shows a consequence of it first, that one is ignored, as a user
