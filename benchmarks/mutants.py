@@ -7,13 +7,15 @@ scheduler, KV cache manager and block pool (as the fuzz process imports them:
 the installed vLLM is not touched), fuzzed through the vLLM adapter with the
 property checks, its two known bugs kept out of the way (`--shape
 oversized=off --ignore priority-inversion`, so a mutant seen only as a priority
-inversion survives). Each with a fixed budget and seed (several config modes
+inversion survives); with --target lmdeploy, bugs planted in LMDeploy's paging code
+(allocator, prefix-cache trie, sequence states, scheduler), fuzzed through the
+LMDeploy adapter with the property checks. Each with a fixed budget and seed (several config modes
 split the budget; time to detection then includes the budget of the modes
 tried before the one that found it).
 Prints, per mutant, whether the fuzzer killed it, by which property and how
 fast; then the kill rate and the median time to detection.
 
-Usage: python -m benchmarks.mutants [--target engine|vllm] [--budget 20] [--seed 1] [--only NAME,...]
+Usage: python -m benchmarks.mutants [--target engine|vllm|lmdeploy] [--budget 20] [--seed 1] [--only NAME,...]
                                     [--configs regression,random]
 """
 
@@ -46,8 +48,8 @@ EQUIVALENT = {
                                "less urgent) is still outside the batch: the filter never removes one",
     "no rewind": "a preempted request's chunk is reset again when it is admitted, and the rewind event is "
                  "still emitted: nothing observable changes",
-    "nothing planted": "vLLM as installed, the control: it must survive the same campaign, else the kills above may "
-                       "be its own bugs",
+    "nothing planted": "the engine as installed, the control: it must survive the same campaign, else the kills "
+                       "above may be its own bugs",
 }
 
 # (name, edits), each edit (module, original text, planted text): each original must
@@ -163,6 +165,33 @@ VLLM_MUTANTS = [
                                                "                pass"),)),
 ]
 
+LMDEPLOY_PAGING = "lmdeploy.pytorch.paging."
+ALLOC_L, TRIE_L, STATES_L, SCHED_L = (LMDEPLOY_PAGING + m for m in (
+    "block_manager.base_block_manager", "block_trie.trie", "seq_states.states", "scheduler"))
+
+# (name, edits), planted in LMDeploy 0.18.0's paging code (allocator, prefix-cache trie, sequence states,
+# scheduler) as it is imported.
+LMDEPLOY_MUTANTS = [
+    ("nothing planted", ()),
+    ("free keeps the ref count", ((ALLOC_L, "        self.add_ref_count(blocks, -1)",
+                                   "        self.add_ref_count(blocks, 0)"),)),
+    ("dedup frees the shared block", ((TRIE_L, "                    free_blocks.append(block_id)",
+                                       "                    free_blocks.append(child.block_id)"),)),
+    ("a hit takes no reference", ((TRIE_L, "            self.allocator.add_ref_count(matched_block_ids, 1)",
+                                   "            self.allocator.add_ref_count(matched_block_ids, 0)"),)),
+    ("a chunk publishes its later pages",
+     ((TRIE_L, "            num_valid_ids = min(num_valid_ids, seq.kv_token_limit)",
+       "            num_valid_ids = num_valid_ids"),)),
+    ("released blocks keep their positions", ((STATES_L, "        seq.set_step(0)", "        pass"),)),
+    ("growth takes running sequences' blocks", ((SCHED_L, "                self.hanging + self.waiting,",
+                                                 "                self.hanging + self.waiting + running,"),)),
+    ("a block with one holder left is freed", ((ALLOC_L, "        freed_blocks = blocks[ref_count == 0]",
+                                                "        freed_blocks = blocks[ref_count <= 1]"),)),
+]
+
+
+TARGETS = {"engine": MUTANTS, "vllm": VLLM_MUTANTS, "lmdeploy": LMDEPLOY_MUTANTS}
+
 
 def planted(source: str, edits: list[tuple[str, str]], where: str) -> str:
     """`source` with each (original, planted) edit made; SystemExit unless each
@@ -219,8 +248,8 @@ def fuzz(scratch: Path, budget: float, seed: int, configs: str, edits: tuple, ta
     its output under `scratch`."""
     out = scratch / f"fuzz-out-{configs}"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPCHECK_MUTANT": json.dumps(edits)}
-    adapter = (["--adapter", "vllm", "--shape", "oversized=off", "--ignore", "priority-inversion"] if target == "vllm"
-               else ["--adapter", "torch"])
+    adapter = {"vllm": ["--adapter", "vllm", "--shape", "oversized=off", "--ignore", "priority-inversion"],
+               "lmdeploy": ["--adapter", "lmdeploy"]}.get(target, ["--adapter", "torch"])
     cmd = [sys.executable, "-c", PLANTED_MAIN, "fuzz", *adapter, "--configs", configs, "--policy", "guarded",
            "--budget-seconds", str(budget), "--seed", str(seed), "--out", str(out), "--json"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=budget * 6 + 300)
@@ -240,15 +269,15 @@ def fuzz(scratch: Path, budget: float, seed: int, configs: str, edits: tuple, ta
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--target", choices=("engine", "vllm"), default="engine",
-                        help="plant bugs in loopcheck's torch engine (default) or in vLLM's scheduler")
+    parser.add_argument("--target", choices=tuple(TARGETS), default="engine",
+                        help="plant bugs in loopcheck's torch engine (default), vLLM's scheduler or LMDeploy's paging")
     parser.add_argument("--budget", type=float, default=20.0, help="fuzz seconds per mutant")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", help="comma-separated mutant names")
     parser.add_argument("--configs", default="random",
                         help="config modes to fuzz in turn, the budget split between them")
     args = parser.parse_args()
-    mutants = VLLM_MUTANTS if args.target == "vllm" else MUTANTS
+    mutants = TARGETS[args.target]
     chosen = [m for m in mutants if not args.only or m[0] in args.only.split(",")]
     rows, times, killed = [], [], 0
     with tempfile.TemporaryDirectory(prefix="loopcheck-mutants-") as tmp:
