@@ -35,7 +35,7 @@ from loopcheck.fuzz.machine import (
 from loopcheck.fuzz.mutate import Limits
 from loopcheck.fuzz.seeds import derived_seed
 from loopcheck.fuzz.shrink import shrink
-from loopcheck.fuzz.strategies import DEFAULT_SHAPE, Shape, configs, page_scale
+from loopcheck.fuzz.strategies import DEFAULT_SHAPE, Shape, configs, request_sizes
 from loopcheck.model.config import Config, regression_config
 from loopcheck.model.errors import StopRequest, WorkloadError, exit_code
 from loopcheck.model.workload import Workload, load_workload, workload_from_json
@@ -116,14 +116,15 @@ def open_database(spec: str | None, out: Path) -> ExampleDatabase:
     return DirectoryBasedExampleDatabase(spec)
 
 
-def config_strategy(mode: str, policy: str, pinned: dict[str, Any]) -> tuple[st.SearchStrategy[Config], int, int]:
-    """(configs, max prompt, max tokens) for a campaign mode, with the fields the
-    system supports only at one value pinned (sizes scaled to a pinned page,
-    `page_scale`)."""
-    scale = page_scale(pinned.get("block_size"))
+def config_strategy(mode: str, policy: str, pinned: dict[str, Any]
+                    ) -> tuple[st.SearchStrategy[Config], dict[str, int]]:
+    """(configs, request sizes) for a campaign mode, with the fields the system
+    supports only at one value pinned (sizes scaled to a pinned page,
+    `request_sizes`)."""
     if mode == "regression":
-        return st.just(regression_config(**{"preemption_policy": policy, **pinned})), 12 * scale, 8 * scale
-    return configs(**{"preemption_policy": policy, **pinned}), 6 * scale, 5 * scale
+        return (st.just(regression_config(**{"preemption_policy": policy, **pinned})),
+                request_sizes(pinned.get("block_size"), max_prompt=12, max_tokens=8))
+    return configs(**{"preemption_policy": policy, **pinned}), request_sizes(pinned.get("block_size"))
 
 
 def progress_line(elapsed: float, stats: Stats) -> str:
@@ -174,7 +175,7 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
     stats = Stats()
     caps = capabilities_of(factory)
     pinned = {**(fixed or {}), **caps.pinned}
-    strategy, max_prompt, max_tokens = config_strategy(mode, policy, pinned)
+    strategy, sizes = config_strategy(mode, policy, pinned)
     start = time.monotonic()
     hunt = Hunt(factory, checks, out, stats, start, open_database(db, out))
     result = CampaignResult(seed_value, 0.0, stats)
@@ -183,8 +184,8 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
         stats.ticker = lambda: progress(progress_line(time.monotonic() - start, stats))
     shape_run = shape if caps.abort else replace(shape, aborts="off")   # no aborts the system cannot do
     guides = guidance or default_guidance(caps.semantics)
-    director = Director(directed_configs(mode, policy, pinned), max_prompt, derived_seed(seed_value, "directed"),
-                        shape_run) if guides in ("model", "both") else None
+    director = Director(directed_configs(mode, policy, pinned), sizes["max_prompt"],
+                        derived_seed(seed_value, "directed"), shape_run) if guides in ("model", "both") else None
     if guides in ("system", "both"):
         stats.coverage = EdgeCoverage(code_paths(caps.code)) if caps.code else None
         stats.corpus = Corpus(Limits(shape_run, pinned, caps.abort), derived_seed(seed_value, "corpus"),
@@ -205,8 +206,7 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
                 run_recorded(((w, Counter()) for w in stats.corpus.saved()), hunt)
             while True:
                 if hunt.found is None:
-                    machine = machine_class(strategy, factory, hunt.checks, out, stats, max_prompt, max_tokens, shape,
-                                            prefix_scale=page_scale(pinned.get("block_size")))
+                    machine = machine_class(strategy, factory, hunt.checks, out, stats, shape=shape, **sizes)
                     run_batches(machine, hunt, seed_value, batches, batch_examples, guided_rounds)
                 if hunt.found is None:
                     break

@@ -23,7 +23,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from loopcheck.checks.base import Violation
 from loopcheck.checks.suite import CheckSet, default_mode
 from loopcheck.fuzz.machine import LAST_FAILURE, Stats, counterexample_path, machine_class
-from loopcheck.fuzz.strategies import configs
+from loopcheck.fuzz.strategies import configs, request_sizes
 from loopcheck.model.config import Config
 from loopcheck.sut.loader import capabilities_of
 from loopcheck.sut.protocol import SutFactory
@@ -48,7 +48,8 @@ def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] 
     checks.base.Violation) after writing it to OUT_DIR/counterexample-PROP.json.
     mode: "lockstep" (the system implements loopcheck's semantics) or "property";
     default: lockstep exactly when the system declares those semantics. Configs are
-    drawn with the system's pinned fields. shrink=False skips Hypothesis' shrinking.
+    drawn with the system's pinned fields, requests sized to its pinned page
+    (`request_sizes`; `kw` may set the sizes). shrink=False skips Hypothesis' shrinking.
     `ignore`: properties whose violations are not raised (`checks.suite.CheckSet`).
     Returns coverage."""
     caps = capabilities_of(factory)
@@ -57,7 +58,8 @@ def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] 
     out = Path(out_dir)
     strategy = config_strategy if config_strategy is not None else configs(**caps.pinned)
     checks = CheckSet(mode, frozenset(ignore))
-    machine = machine_class(strategy, factory, checks, out, stats, source=f"pytest loopcheck_machine ({mode})", **kw)
+    sizes = {**request_sizes(caps.pinned.get("block_size")), **kw}   # (scaled to a pinned page)
+    machine = machine_class(strategy, factory, checks, out, stats, source=f"pytest loopcheck_machine ({mode})", **sizes)
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
     try:
         run_state_machine_as_test(machine, settings=settings(

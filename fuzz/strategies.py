@@ -88,6 +88,14 @@ def page_scale(block_size: int | None) -> int:
     return 1 if block_size is None else max(1, -(-block_size // 4))
 
 
+def request_sizes(block_size: int | None, max_prompt: int = 6, max_tokens: int = 5) -> dict[str, int]:
+    """The stateful machine's request sizes (`machine_class`'s max_prompt,
+    max_tokens and prefix_scale) for a system pinned to `block_size` (None: not
+    pinned): the given usual sizes, scaled by `page_scale`."""
+    scale = page_scale(block_size)
+    return dict(max_prompt=max_prompt * scale, max_tokens=max_tokens * scale, prefix_scale=scale)
+
+
 @st.composite
 def configs(draw: st.DrawFn, **fixed: Any) -> Config:
     """Small configs covering every switch; keyword arguments pin fields (fields

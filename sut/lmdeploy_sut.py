@@ -19,7 +19,6 @@ docs/checking.md, "LMDeploy".
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
 import os
 import time
@@ -30,6 +29,7 @@ from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event, RequestOutput
 from loopcheck.model.workload import RequestSpec
+from loopcheck.sut.fake_model import fake_token
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
 
 PINNED: dict[str, Any] = dict(block_size=16, num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
@@ -37,11 +37,6 @@ PINNED: dict[str, Any] = dict(block_size=16, num_loops=1, min_loops=1, kv_layout
                               execution="refill")
 VOCAB = 128
 MAX_SESSION_LEN = 1 << 20   # the engine caps it further by the pool (Engine._get_max_session_len)
-
-
-def fake_token(tokens: Any) -> int:
-    digest = hashlib.blake2b(repr([int(t) for t in tokens]).encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "big") % VOCAB
 
 
 class _FakeExecutor:
@@ -67,7 +62,7 @@ class _FakeExecutor:
         from lmdeploy.pytorch.engine.model_agent import BatchedOutputs
 
         self.queue.pop(0)
-        tokens = [fake_token(seq.all_ids) for seq in self.answering]
+        tokens = [fake_token([int(t) for t in seq.all_ids], VOCAB) for seq in self.answering]
         stopped = [seq.num_new_tokens + 1 >= seq.sampling_param.max_new_tokens
                    or token in seq.sampling_param.stop_words for seq, token in zip(self.answering, tokens, strict=True)]
         return BatchedOutputs(next_token_ids=torch.tensor(tokens, dtype=torch.long),
@@ -355,11 +350,11 @@ class LmdeploySUT:
         return None if session is None else next(iter(session.sequences.values()), None)
 
     def observe(self) -> Observation:
-        tables = self._block_tables()
+        tables, trie = self._block_tables(), self._trie_blocks()
         unfinished = bool(self.pending) or any(o.finish_reason is None for o in self.outputs.values())
         return Observation(blocks_held=len({b for table in tables.values() for page in table for b in page}),
-                           kv_errors=self._kv_errors(), outputs=self.outputs, unfinished=unfinished,
-                           state_key=self._state_key(), block_tables=tables)
+                           kv_errors=self._kv_errors(trie), outputs=self.outputs, unfinished=unfinished,
+                           state_key=self._state_key(trie), block_tables=tables)
 
     def _block_tables(self) -> dict[str, list[list[int]]]:
         """Per running request, its blocks in page order, up to the pages of its
@@ -383,16 +378,16 @@ class LmdeploySUT:
                 stack.append(child)
         return sorted(nodes)
 
-    def _kv_errors(self) -> list[str]:
+    def _kv_errors(self, trie: list[tuple[int, int, tuple[int, ...]]]) -> list[str]:
         """Every block's ref count equals its holders (the sequences whose tables
-        list it and the prefix-cache nodes on it); the allocator's free count is
-        the number of unreferenced blocks."""
+        list it and the prefix-cache nodes on it, `trie`); the allocator's free
+        count is the number of unreferenced blocks."""
         from collections import Counter
 
         import numpy as np
 
         allocator = self.scheduler.block_manager.allocator
-        holders: Counter[int] = Counter(b for b, _, _ in self._trie_blocks())
+        holders: Counter[int] = Counter(b for b, _, _ in trie)
         for seq in self.scheduler.seq_manager.get_all_sequences():
             holders.update(int(b) for b in seq.logical_blocks.get_real_blocks())
         refs = allocator.get_ref_count(np.arange(self.cfg.num_blocks)).tolist()
@@ -404,11 +399,12 @@ class LmdeploySUT:
                           f"{unreferenced} are unreferenced")
         return errors
 
-    def _state_key(self) -> tuple[Any, ...]:
+    def _state_key(self, trie: list[tuple[int, int, tuple[int, ...]]]) -> tuple[Any, ...]:
         """Everything the next steps depend on: each sequence's status, positions
         and blocks, in arrival order; the engine loop's decode list, long-prompt
         chunk, counters and the forward in flight; the allocator's free list and
-        the blocks in least-recently-used order (not their times); the trie."""
+        the blocks in least-recently-used order (not their times); the trie's
+        nodes (`trie`)."""
         import numpy as np
 
         seqs = sorted(self.scheduler.seq_manager.get_all_sequences(), key=lambda s: s.arrive_time)
@@ -422,4 +418,4 @@ class LmdeploySUT:
         blocks = np.arange(self.cfg.num_blocks)
         pool = (tuple(allocator._free_blocks.tolist()), allocator.get_num_free_blocks(),
                 tuple(np.argsort(allocator.get_access_time(blocks), kind="stable").tolist()))
-        return sequences, loop_state, pool, tuple(self._trie_blocks())
+        return sequences, loop_state, pool, tuple(trie)

@@ -17,7 +17,6 @@ so a recompute yields the same tokens and a wrong context would not.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event, RequestOutput
 from loopcheck.model.workload import RequestSpec
+from loopcheck.sut.fake_model import fake_token
 from loopcheck.sut.protocol import Capabilities, Observation
 
 PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
@@ -33,11 +33,6 @@ PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb
 MODEL_DIR = Path(__file__).parent / "vllm_model"
 VOCAB = 128   # vocab_size in vllm_model/config.json
 _REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "rejected"}
-
-
-def fake_token(tokens: list[int], vocab: int) -> int:
-    digest = hashlib.blake2b(repr(tokens).encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "big") % vocab
 
 
 class VllmSUT:
