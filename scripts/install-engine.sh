@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what a real engine's adapter needs, beside loopcheck's own install:
-# `scripts/install-engine.sh vllm` (sut/vllm_sut.py) or `... lmdeploy`
-# (sut/lmdeploy_sut.py, after vllm: its set adds to vLLM's). The engine's wheel and
+# `scripts/install-engine.sh vllm` (sut/vllm_sut.py), `... lmdeploy`
+# (sut/lmdeploy_sut.py) or `... sglang` (sut/sglang_sut.py); vllm first: the
+# LMDeploy and SGLang sets add to vLLM's, and SGLang's to LMDeploy's. The engine's wheel and
 # the pure-Python packages its scheduling code imports are pinned in
 # requirements-ENGINE.txt and installed with --no-deps, so that nothing pulls the
 # engine's CUDA stack or another torch (pip may warn that the engine's own pins are
@@ -9,7 +10,7 @@
 # the config it supports, so a broken install fails here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-engine="${1:?usage: scripts/install-engine.sh vllm|lmdeploy}"
+engine="${1:?usage: scripts/install-engine.sh vllm|lmdeploy|sglang}"
 python3 -m pip install -q --no-deps -r "requirements-$engine.txt"
 python3 - "$engine" <<'PY'
 import sys

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,6 +30,7 @@ from loopcheck.model.events import Event, RequestOutput
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.fake_model import fake_token
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
+from loopcheck.sut.step_clock import install_step_clock
 
 PINNED: dict[str, Any] = dict(block_size=16, num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
                               allocation="upfront", watermark_blocks=0, priority_preemption=False,
@@ -69,34 +69,9 @@ class _FakeExecutor:
                               stopped=torch.tensor(stopped, dtype=torch.bool))
 
 
-class _StepClock:
-    """`time` as LMDeploy's scheduling modules see it, with a deterministic
-    `perf_counter` (one millisecond per call): they order waiting sequences by
-    arrival time and evict cached blocks by access time, which real time would
-    make differ from run to run."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        self.now += 1e-3
-        return self.now
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
+# the scheduling modules that order by time (loopcheck.sut.step_clock)
 CLOCK_USERS = ("lmdeploy.pytorch.paging.block_manager.base_block_manager", "lmdeploy.pytorch.paging.prefill_scheduler",
                "lmdeploy.pytorch.paging.block_trie.checkpoint_lifecycle", "lmdeploy.pytorch.strategies.ar.sequence")
-
-
-def _install_clock() -> None:
-    import importlib
-
-    for name in CLOCK_USERS:
-        module = importlib.import_module(name)
-        if not isinstance(module.time, _StepClock):
-            module.time = _StepClock()
 
 
 def _event_loop() -> asyncio.AbstractEventLoop:
@@ -174,7 +149,7 @@ class LmdeploySUT:
         from lmdeploy.pytorch.paging.scheduler import Scheduler
         from lmdeploy.pytorch.strategies.ar import ARStrategyFactory
 
-        _install_clock()
+        install_step_clock(CLOCK_USERS)
         self.cfg = cfg
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=False, pinned=PINNED,
                                          block_tables=True, code=("lmdeploy.pytorch.paging",

@@ -14,11 +14,12 @@ from loopcheck.model.errors import WorkloadError
 from loopcheck.sut.protocol import Capabilities, ProtocolError, SutFactory, check_sut
 
 SHIPPED = {"model": "loopcheck.sut.model_sut:ModelSUT", "torch": "loopcheck.sut.torch_sut:TorchSUT",
-           "vllm": "loopcheck.sut.vllm_sut:VllmSUT", "lmdeploy": "loopcheck.sut.lmdeploy_sut:LmdeploySUT"}
+           "vllm": "loopcheck.sut.vllm_sut:VllmSUT", "lmdeploy": "loopcheck.sut.lmdeploy_sut:LmdeploySUT",
+           "sglang": "loopcheck.sut.sglang_sut:SglangSUT"}
 
 
 def load_factory(spec: str) -> SutFactory:
-    """The factory named by `spec` ("model", "torch", "vllm", "lmdeploy", "pkg.mod:name" or
+    """The factory named by `spec` ("model", "torch", "vllm", "lmdeploy", "sglang", "pkg.mod:name" or
     "path/file.py:name"); WorkloadError naming --adapter if it cannot be loaded."""
     target = SHIPPED.get(spec, spec)
     module_name, sep, attr = target.rpartition(":")

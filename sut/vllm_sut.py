@@ -30,8 +30,8 @@ from loopcheck.sut.protocol import Capabilities, Observation
 
 PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
                               allocation="incremental", watermark_blocks=0, execution="mixed")
-MODEL_DIR = Path(__file__).parent / "vllm_model"
-VOCAB = 128   # vocab_size in vllm_model/config.json
+MODEL_DIR = Path(__file__).parent / "tiny_model"
+VOCAB = 128   # vocab_size in tiny_model/config.json
 _REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "rejected"}
 
 

@@ -3,7 +3,7 @@ commands are the ones CI runs (.ci/run), and each `loopcheck` line is run here a
 written, expecting the exit status its comment gives (`# exits N`; else 0), from
 the repository's root. `loopcheck verify` alone gets a seed and a work bound
 added (--seed 1 --max-examples 60), so that its verdict does not depend on the
-machine's speed. Lines that need an engine's extra (vLLM, LMDeploy) skip,
+machine's speed. Lines that need an engine's extra (vLLM, LMDeploy, SGLang) skip,
 visibly, without it."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from loopcheck.cli import main
 ROOT = Path(__file__).parent.parent
 EXITS = re.compile(r"\s+#\s*exits (\d+)\s*$")
 WORK_BOUND = ["--seed", "1", "--max-examples", "60"]
-ENGINES = ("vllm", "lmdeploy")   # the shipped adapters of real engines, each with its extra
+ENGINES = ("vllm", "lmdeploy", "sglang")   # the shipped adapters of real engines, each with its extra
 
 
 def readme_commands() -> list[str]:
