@@ -9,13 +9,15 @@ property checks, its two known bugs kept out of the way (`--shape
 oversized=off --ignore priority-inversion`, so a mutant seen only as a priority
 inversion survives); with --target lmdeploy, bugs planted in LMDeploy's paging code
 (allocator, prefix-cache trie, sequence states, scheduler), fuzzed through the
-LMDeploy adapter with the property checks. Each with a fixed budget and seed (several config modes
+LMDeploy adapter with the property checks; with --target sglang, bugs planted in SGLang's
+allocator, radix cache, prefill adder and requests, fuzzed through the SGLang adapter with
+its shipped findings ignored (SGLANG_KNOWN). Each with a fixed budget and seed (several config modes
 split the budget; time to detection then includes the budget of the modes
 tried before the one that found it).
 Prints, per mutant, whether the fuzzer killed it, by which property and how
 fast; then the kill rate and the median time to detection.
 
-Usage: python -m benchmarks.mutants [--target engine|vllm|lmdeploy] [--budget 20] [--seed 1] [--only NAME,...]
+Usage: python -m benchmarks.mutants [--target engine|vllm|lmdeploy|sglang] [--budget 20] [--seed 1] [--only NAME,...]
                                     [--configs regression,random]
 """
 
@@ -190,7 +192,34 @@ LMDEPLOY_MUTANTS = [
 ]
 
 
-TARGETS = {"engine": MUTANTS, "vllm": VLLM_MUTANTS, "lmdeploy": LMDEPLOY_MUTANTS}
+SGLANG_SRT = "sglang.srt."
+PAGED_S, RADIX_S, POLICY_S, BATCH_S = (SGLANG_SRT + m for m in (
+    "mem_cache.allocator.paged", "mem_cache.unified_radix_cache", "managers.schedule_policy",
+    "managers.schedule_batch"))
+
+# (name, edits), planted in SGLang 0.5.23's allocator, radix cache, prefill adder and requests as they are
+# imported; the campaign ignores the SGLang findings shipped in examples/sglang/ (SGLANG_KNOWN).
+SGLANG_MUTANTS = [
+    ("nothing planted", ()),
+    ("a freed page is lost", ((PAGED_S, "self._release_page_ids(torch.unique(free_index // self.page_size))",
+                               "self._release_page_ids(torch.unique(free_index // self.page_size)[1:])"),)),
+    ("a chunk publishes its uncomputed positions",
+     ((RADIX_S, "        token_ids = req.full_untruncated_fill_ids[:up_to]",
+       "        token_ids = req.full_untruncated_fill_ids"),)),
+    ("a partial page is cached", ((RADIX_S, "        radix_key = radix_key.page_aligned(self.page_size)",
+                                   "        radix_key = radix_key"),)),
+    ("a chunk overruns the budget by a page",
+     ((POLICY_S, "                extend_len = chunk_tokens_limit // self.page_size * self.page_size",
+       "                extend_len = (chunk_tokens_limit // self.page_size + 1) * self.page_size"),)),
+    ("one token past max_new_tokens", ((BATCH_S, "if len(self.output_ids) >= self.sampling_params.max_new_tokens:",
+                                        "if len(self.output_ids) > self.sampling_params.max_new_tokens:"),)),
+    ("stop tokens are ignored", ((BATCH_S, "matched_eos |= token_id in self.sampling_params.stop_token_ids",
+                                  "matched_eos |= False"),)),
+]
+SGLANG_KNOWN = "abort@checks/lifecycle.py:192,stall@checks/liveness.py:45,work@checks/lifecycle.py:123"
+
+
+TARGETS = {"engine": MUTANTS, "vllm": VLLM_MUTANTS, "lmdeploy": LMDEPLOY_MUTANTS, "sglang": SGLANG_MUTANTS}
 
 
 def planted(source: str, edits: list[tuple[str, str]], where: str) -> str:
@@ -249,7 +278,8 @@ def fuzz(scratch: Path, budget: float, seed: int, configs: str, edits: tuple, ta
     out = scratch / f"fuzz-out-{configs}"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPCHECK_MUTANT": json.dumps(edits)}
     adapter = {"vllm": ["--adapter", "vllm", "--shape", "oversized=off", "--ignore", "priority-inversion"],
-               "lmdeploy": ["--adapter", "lmdeploy"]}.get(target, ["--adapter", "torch"])
+               "lmdeploy": ["--adapter", "lmdeploy"],
+               "sglang": ["--adapter", "sglang", "--ignore", SGLANG_KNOWN]}.get(target, ["--adapter", "torch"])
     cmd = [sys.executable, "-c", PLANTED_MAIN, "fuzz", *adapter, "--configs", configs, "--policy", "guarded",
            "--budget-seconds", str(budget), "--seed", str(seed), "--out", str(out), "--json"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=budget * 6 + 300)

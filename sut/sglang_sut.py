@@ -10,7 +10,8 @@ process group or sockets: the model worker (it builds the two pools and the KV
 buffer; here they are built on the CPU from the config, and its forward answers
 a token per request, a hash of the sequence so far), the tree cache's build from
 that worker (the same `create_tree_cache`, with no process groups), the IPC
-channels (outputs are read from the scheduler's own request objects), and the
+channels and idle sleeper (sockets: outputs are read from the scheduler's own
+request objects), the start-up timing summary (it reads load times), and the
 process-group set-up (one rank). One loopcheck step is one turn of
 `Scheduler.event_loop_normal`. The config mapping and what is pinned are in
 docs/checking.md, "SGLang".
