@@ -201,8 +201,8 @@ PAGED_S, RADIX_S, POLICY_S, BATCH_S = (SGLANG_SRT + m for m in (
 # imported; the campaign ignores the SGLang findings shipped in examples/sglang/ (SGLANG_KNOWN).
 SGLANG_MUTANTS = [
     ("nothing planted", ()),
-    ("a freed page is lost", ((PAGED_S, "self._release_page_ids(torch.unique(free_index // self.page_size))",
-                               "self._release_page_ids(torch.unique(free_index // self.page_size)[1:])"),)),
+    ("a freed page is lost", ((PAGED_S, "            self._release_page_ids(page_ids)\n",
+                               "            self._release_page_ids(page_ids[1:])\n"),)),
     ("a chunk publishes its uncomputed positions",
      ((RADIX_S, "        token_ids = req.full_untruncated_fill_ids[:up_to]",
        "        token_ids = req.full_untruncated_fill_ids"),)),

@@ -29,6 +29,7 @@ class Replay:
     skipped: dict[str, str] = field(default_factory=dict)
     ignored: list[tuple[str, Violation]] = field(default_factory=list)   # (check, ignored violation): `Ignoring`
     ended_by: Violation | None = None   # an ignored crash, hang or liveness finding that ended the run
+    semantics: str | None = None   # the system's capabilities.semantics (None: not loopcheck's, no policy)
 
     def record(self, events: list[Event], obs: Observation) -> None:
         done = sum(e.kind == "finish" for e in events) + (self.finished[-1] if self.finished else 0)
@@ -44,9 +45,9 @@ class Replay:
         v = self.violation
         what = (f"{v.prop} at step {v.step}" if v else "drained" if self.drained else
                 f"not drained after {len(self.events)} steps")
+        policy = f", policy {workload.config.preemption_policy}" if self.semantics == "loopcheck" else ""
         return Timeline(workload, self.events, self.held, v.cycle if v else None, v.step if v else None,
-                        f"{Path(system).name}, {len(workload.requests)} requests, "
-                        f"policy {workload.config.preemption_policy}: {what}")
+                        f"{Path(system).name}, {len(workload.requests)} requests{policy}: {what}")
 
 
 def replay(workload: Workload, factory: SutFactory, checks: CheckSet, max_steps: int | None = None) -> Replay:
@@ -57,4 +58,6 @@ def replay(workload: Workload, factory: SutFactory, checks: CheckSet, max_steps:
     rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped
     rep.ignored = ignored(run.driver.checks)
     rep.ended_by = run.driver.ended_by
+    sut = getattr(run.driver, "sut", None)   # (none when building it crashed)
+    rep.semantics = sut.capabilities.semantics if sut is not None else None
     return rep

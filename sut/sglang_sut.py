@@ -308,6 +308,9 @@ class SglangSUT:
         if batch:
             events += self._work(batch)
             scheduler.process_batch_result(batch, scheduler.run_batch(batch))
+        else:
+            scheduler._sched_idled = True
+            scheduler.on_idle()
         scheduler.last_batch = batch
         return events + self._answered()
 
@@ -448,9 +451,9 @@ class SglangSUT:
 
     def _state_key(self) -> tuple[Any, ...]:
         """Everything the next steps depend on: each request's queue, tokens and
-        KV lengths, in arrival order; the chunked request; the allocator's free
-        pages in order; the radix tree; the admission estimate (new-token
-        ratio)."""
+        KV lengths, in arrival order; the chunked request; the last batch (merged
+        into the running one next step); the allocator's free pages in order;
+        the radix tree; the admission estimate (new-token ratio)."""
         scheduler = self.scheduler
         where = {id(r): "waiting" for r in scheduler.waiting_queue}
         where.update({id(r): "running" for r in scheduler.running_batch.reqs})
@@ -458,8 +461,10 @@ class SglangSUT:
                           req.kv.kv_committed_len, req.finished_reason is not None)
                          for rid, req in sorted(self.reqs.items(), key=lambda item: self.names[item[0]]))
         chunked = None if scheduler.chunked_req is None else scheduler.chunked_req.rid
+        last = scheduler.last_batch
+        last_batch = None if last is None else (int(last.forward_mode), tuple(r.rid for r in last.reqs))
         free = tuple(scheduler.token_to_kv_pool_allocator.get_all_free_pages().tolist())
-        return requests, chunked, free, self._tree(), scheduler.new_token_ratio_tracker.current
+        return requests, chunked, last_batch, free, self._tree(), scheduler.new_token_ratio_tracker.current
 
     def _tree(self) -> tuple[Any, ...]:
         """The radix tree: per node, depth first in key order, its tokens, its

@@ -576,3 +576,20 @@ def test_a_timeline_row_is_the_status_after_each_step() -> None:
     rows = statuses(Timeline(w, steps, [0] * len(steps), None, None, ""))
     assert rows == {"a": ["running", "running", "preempted", "preempted", "preempted"],
                     "b": [None, "waiting", "waiting", "running", None]}
+
+
+def test_a_timeline_names_the_preemption_policy_only_for_a_system_with_loopchecks_semantics() -> None:
+    """The policy (guarded or unguarded) is a rule of loopcheck's semantics: the
+    headline of another system's timeline does not name one."""
+    from loopcheck.checks.suite import CheckSet
+    from loopcheck.model.workload import Workload
+    from loopcheck.replayed import replay
+    from loopcheck.sut.model_sut import ModelSUT
+    from tests.toy_scheduler import PINNED, ToyScheduler
+
+    w = workload(req("a", 2, 2))
+    model = replay(w, ModelSUT, CheckSet("property")).timeline(w, "model").headline
+    assert model == "model, 1 requests, policy guarded: drained"
+    w = Workload(replace(w.config, **PINNED), w.requests)
+    toy = replay(w, ToyScheduler, CheckSet("property")).timeline(w, "toy.py").headline
+    assert toy == "toy.py, 1 requests: drained"
