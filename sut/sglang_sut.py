@@ -249,6 +249,10 @@ class SglangSUT:
             raise WorkloadError(f"config.max_num_batched_tokens: SGLang's budget is for prefill only (a decode "
                                 f"batch is up to max_num_seqs tokens), so it must be at least max_num_seqs "
                                 f"({cfg.max_num_seqs}), got {cfg.max_num_batched_tokens}")
+        if cfg.max_num_batched_tokens % cfg.block_size:
+            raise WorkloadError(f"config.max_num_batched_tokens: SGLang's chunked_prefill_size must be divisible by "
+                                f"its page_size ({cfg.block_size}; arg_groups/validation_hook.py), got "
+                                f"{cfg.max_num_batched_tokens}")
         module = _import_scheduler()
         install_step_clock(CLOCK_USERS)
         self.cfg = cfg

@@ -2,9 +2,9 @@
 `Scheduler.__init__`, intake, batch choice, radix cache, pools and batch-result
 processing, with a fake model worker. A workload that breaks no property drains
 with every check that applies on; runs are deterministic; SGLang's own pool
-invariant is read as the KV accounting check and can fail; the two SGLang bugs
-and the deferred abort shipped under examples/sglang/ replay; a short campaign
-with those ignored finds nothing else.
+invariant is read as the KV accounting check and can fail; the SGLang bug and
+the deferred abort shipped under examples/sglang/ replay; a short campaign with
+those ignored finds nothing else.
 
 Needs the SGLang extra (scripts/install-engine.sh sglang, which CI runs); without it
 these tests are skipped with that reason, visibly."""
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
                                 reason="SGLang is not installed: run scripts/install-engine.sh sglang")
 EXAMPLES = Path(__file__).parent.parent / "examples" / "sglang"
 # the findings examples/sglang/ holds, by signature: ignored where a test looks for anything else
-KNOWN = "stall@checks/liveness.py:45,work@checks/lifecycle.py:123,abort@checks/lifecycle.py:192"
+KNOWN = "stall@checks/liveness.py:45,abort@checks/lifecycle.py:192"
 
 
 def sglang_config(**changes) -> Config:
@@ -104,29 +104,44 @@ def test_what_sglang_would_cut_is_refused_and_a_config_it_cannot_express_is_one_
         sut.add(RequestSpec("a", (1, 2, 3), 5))   # 8 pool tokens: SGLang keeps a page and one token back
     with pytest.raises(WorkloadError, match="max_num_batched_tokens"):
         factory()(sglang_config(max_num_seqs=4, max_num_batched_tokens=3))
+    with pytest.raises(WorkloadError, match="divisible by its page_size"):   # as SGLang's server-args check
+        factory()(sglang_config(block_size=2, max_num_batched_tokens=7))
 
 
-@pytest.mark.parametrize("name,prop", [("chunk_overwritten.json", "work"), ("idle_stall.json", "stall"),
-                                       ("deferred_abort.json", "abort")])
+@pytest.mark.parametrize("name,prop", [("idle_stall.json", "stall"), ("deferred_abort.json", "abort")])
 def test_shipped_findings_replay(name, prop) -> None:
     w = load_workload(EXAMPLES / name)
     assert w.extra["property"] == prop and len(w.requests) <= 2
     assert run_workload(w, factory(), checks_for("property")).violation.prop == prop
 
 
-def test_the_overwritten_chunk_is_sglangs_own_state() -> None:
-    """The `work` finding seen in SGLang's objects, not through loopcheck's
-    events: q4's prompt is 3 tokens, its KV holds 2, and SGLang has sampled its
-    token and finished it; q5 is the one chunked request SGLang tracks."""
-    w = load_workload(EXAMPLES / "chunk_overwritten.json")
+def test_the_idle_stall_is_sglangs_own_state() -> None:
+    """The `stall` finding seen in SGLang's objects: the intake kept q1's
+    max_new_tokens (1) and queued it; on an idle pool SGLang's prefill adder
+    answers NO_TOKEN for it, step after step."""
+    from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
+
+    w = load_workload(EXAMPLES / "idle_stall.json")
     sut = factory()(w.config)
-    for spec in w.requests:
-        sut.add(spec)
-    sut.step()
-    q4 = sut.reqs["q4"]
-    assert len(q4.origin_input_ids) == 3 and q4.extend_end == 2
-    assert list(q4.output_ids) and q4.finished_reason is not None
-    assert sut.scheduler.chunked_req is sut.reqs["q5"]
+    (spec,) = w.requests
+    sut.add(spec)
+    answers = []
+    add_one_req = PrefillAdder.add_one_req
+
+    def recorded(adder, req, *args, **kwargs):
+        answers.append(add_one_req(adder, req, *args, **kwargs))
+        return answers[-1]
+
+    PrefillAdder.add_one_req = recorded
+    try:
+        for _ in range(3):
+            sut.step()
+    finally:
+        PrefillAdder.add_one_req = add_one_req
+    q1 = sut.reqs["q1"]
+    assert q1.sampling_params.max_new_tokens == spec.max_tokens and q1.sampling_params.ignore_eos
+    assert sut.scheduler.waiting_queue == [q1] and sut.scheduler.running_batch.is_empty()
+    assert answers == [AddReqResult.NO_TOKEN] * 3
 
 
 def test_a_campaign_reports_nothing_else(tmp_path) -> None:
