@@ -159,8 +159,9 @@ def _cpu_scheduler_class(scheduler_module: Any) -> type:
             tokens = cfg.num_blocks * page
             self.max_total_num_tokens, self.max_prefill_tokens = tokens, cfg.max_num_batched_tokens
             self.max_running_requests, self.max_queued_requests = cfg.max_num_seqs, None
-            self.max_req_len = min(self.model_config.context_len, tokens)
-            self.max_req_input_len = self.max_req_len - 1
+            # the request limits as TpModelWorker.get_worker_info derives them
+            self.max_req_len = min(self.model_config.context_len - 1, tokens - 1)
+            self.max_req_input_len = self.max_req_len - 5
             self.random_seed, self.device, self.forward_stream, self.schedule_stream = 0, "cpu", None, None
             self.req_to_token_pool = ReqToTokenPool(size=cfg.max_num_seqs, max_context_len=self.max_req_len + page,
                                                     device="cpu", enable_memory_saver=False)

@@ -116,9 +116,9 @@ def test_shipped_findings_replay(name, prop) -> None:
 
 
 def test_the_idle_stall_is_sglangs_own_state() -> None:
-    """The `stall` finding seen in SGLang's objects: the intake kept q1's
-    max_new_tokens (1) and queued it; on an idle pool SGLang's prefill adder
-    answers NO_TOKEN for it, step after step."""
+    """The `stall` finding seen in SGLang's objects: the intake kept the
+    request's max_new_tokens and queued it; on an idle pool SGLang's prefill
+    adder answers NO_TOKEN for it, step after step."""
     from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
 
     w = load_workload(EXAMPLES / "idle_stall.json")
@@ -138,9 +138,9 @@ def test_the_idle_stall_is_sglangs_own_state() -> None:
             sut.step()
     finally:
         PrefillAdder.add_one_req = add_one_req
-    q1 = sut.reqs["q1"]
-    assert q1.sampling_params.max_new_tokens == spec.max_tokens and q1.sampling_params.ignore_eos
-    assert sut.scheduler.waiting_queue == [q1] and sut.scheduler.running_batch.is_empty()
+    req = sut.reqs[spec.rid]
+    assert req.sampling_params.max_new_tokens == spec.max_tokens and req.sampling_params.ignore_eos
+    assert sut.scheduler.waiting_queue == [req] and sut.scheduler.running_batch.is_empty()
     assert answers == [AddReqResult.NO_TOKEN] * 3
 
 
