@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
                                 reason="SGLang is not installed: run scripts/install-engine.sh sglang")
 EXAMPLES = Path(__file__).parent.parent / "examples" / "sglang"
 # the findings examples/sglang/ holds, by signature: ignored where a test looks for anything else
-KNOWN = "stall@checks/liveness.py:45,abort@checks/lifecycle.py:192"
+KNOWN = "stall@checks/liveness.py:45,work@checks/lifecycle.py:123,abort@checks/lifecycle.py:192"
 
 
 def sglang_config(**changes) -> Config:
@@ -108,10 +108,11 @@ def test_what_sglang_would_cut_is_refused_and_a_config_it_cannot_express_is_one_
         factory()(sglang_config(block_size=2, max_num_batched_tokens=7))
 
 
-@pytest.mark.parametrize("name,prop", [("idle_stall.json", "stall"), ("deferred_abort.json", "abort")])
+@pytest.mark.parametrize("name,prop", [("idle_stall.json", "stall"), ("chunk_overwritten.json", "work"),
+                                       ("deferred_abort.json", "abort")])
 def test_shipped_findings_replay(name, prop) -> None:
     w = load_workload(EXAMPLES / name)
-    assert w.extra["property"] == prop and len(w.requests) <= 2
+    assert w.extra["property"] == prop and len(w.requests) <= 4
     assert run_workload(w, factory(), checks_for("property")).violation.prop == prop
 
 
@@ -142,6 +143,25 @@ def test_the_idle_stall_is_sglangs_own_state() -> None:
     assert req.sampling_params.max_new_tokens == spec.max_tokens and req.sampling_params.ignore_eos
     assert sut.scheduler.waiting_queue == [req] and sut.scheduler.running_batch.is_empty()
     assert answers == [AddReqResult.NO_TOKEN] * 3
+
+
+def test_the_overwritten_chunk_is_sglangs_own_state() -> None:
+    """The `work` finding seen in SGLang's objects (a valid config: a budget of
+    2 pages, mixed chunks): beside q5's decode, q6 is chunked at a page (4 of
+    its 5 prompt positions) and q8, which ignores EOS, takes the 3 tokens of
+    budget left as a second chunk; SGLang keeps q8 as its one chunked request
+    and samples q6's token from 4 positions."""
+    w = load_workload(EXAMPLES / "chunk_overwritten.json")
+    assert w.config.max_num_batched_tokens % w.config.block_size == 0 and w.config.execution == "mixed"
+    sut = factory()(w.config)
+    for spec in w.requests:
+        sut.add(spec)
+    for _ in range(2):
+        sut.step()
+    q6 = sut.reqs["q6"]
+    assert len(q6.origin_input_ids) == 5 and q6.extend_end == 4
+    assert list(q6.output_ids) and q6.finished_reason is not None
+    assert sut.scheduler.chunked_req is sut.reqs["q8"]
 
 
 def test_a_campaign_reports_nothing_else(tmp_path) -> None:
