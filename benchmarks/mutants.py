@@ -300,7 +300,8 @@ def fuzz(scratch: Path, budget: float, seed: int, configs: str, edits: tuple, ta
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--target", choices=tuple(TARGETS), default="engine",
-                        help="plant bugs in loopcheck's torch engine (default), vLLM's scheduler or LMDeploy's paging")
+                        help="plant bugs in loopcheck's torch engine (default), vLLM's scheduler, LMDeploy's "
+                             "paging or SGLang's scheduler and cache")
     parser.add_argument("--budget", type=float, default=20.0, help="fuzz seconds per mutant")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", help="comma-separated mutant names")

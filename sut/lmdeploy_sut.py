@@ -35,7 +35,6 @@ from loopcheck.sut.step_clock import install_step_clock
 PINNED: dict[str, Any] = dict(block_size=16, num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
                               allocation="upfront", watermark_blocks=0, priority_preemption=False,
                               execution="refill")
-VOCAB = 128
 MAX_SESSION_LEN = 1 << 20   # the engine caps it further by the pool (Engine._get_max_session_len)
 
 
@@ -62,7 +61,7 @@ class _FakeExecutor:
         from lmdeploy.pytorch.engine.model_agent import BatchedOutputs
 
         self.queue.pop(0)
-        tokens = [fake_token([int(t) for t in seq.all_ids], VOCAB) for seq in self.answering]
+        tokens = [fake_token([int(t) for t in seq.all_ids]) for seq in self.answering]
         stopped = [seq.num_new_tokens + 1 >= seq.sampling_param.max_new_tokens
                    or token in seq.sampling_param.stop_words for seq, token in zip(self.answering, tokens, strict=True)]
         return BatchedOutputs(next_token_ids=torch.tensor(tokens, dtype=torch.long),
@@ -332,12 +331,13 @@ class LmdeploySUT:
                            state_key=self._state_key(trie), block_tables=tables)
 
     def _block_tables(self) -> dict[str, list[list[int]]]:
-        """Per running request, its blocks in page order, up to the pages of its
-        last position (prompt + max_tokens - 1): LMDeploy reserves
-        `prefill_interval` positions ahead of a sequence, and reserved blocks past
-        the last position it can ever write are left out (counted free)."""
+        """Per running request, in arrival order, its blocks in page order, up to
+        the pages of its last position (prompt + max_tokens - 1): LMDeploy
+        reserves `prefill_interval` positions ahead of a sequence, and reserved
+        blocks past the last position it can ever write are left out (counted
+        free)."""
         tables = {}
-        for rid in self.running:
+        for rid in sorted(self.running, key=self.sessions.__getitem__):
             seq, spec = self._seq(self.sessions[rid]), self.specs[self.sessions[rid]]
             pages = -(-(len(spec.prompt) + spec.max_tokens - 1) // self.cfg.block_size)
             tables[rid] = [[int(b)] for b in seq.logical_blocks.get_real_blocks()[:pages]]

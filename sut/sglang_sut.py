@@ -19,6 +19,7 @@ docs/checking.md, "SGLang".
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
@@ -33,14 +34,12 @@ from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event, RequestOutput
 from loopcheck.model.workload import RequestSpec
-from loopcheck.sut.fake_model import fake_token
+from loopcheck.sut.fake_model import TINY_MODEL_DIR, VOCAB, fake_token
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
 from loopcheck.sut.step_clock import install_step_clock
 
 PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
                               allocation="incremental", watermark_blocks=0)
-MODEL_DIR = Path(__file__).parent / "tiny_model"
-VOCAB = 128   # vocab_size in tiny_model/config.json
 # the scheduling modules that order by time (loopcheck.sut.step_clock)
 CLOCK_USERS = ("sglang.srt.observability.req_time_stats", "sglang.srt.managers.scheduler")
 # what SGLang's import graph takes from torchvision (sglang/srt/multimodal/internvl_utils.py)
@@ -48,6 +47,7 @@ TORCHVISION_IMPORTS = ("torchvision", "torchvision.transforms", "torchvision.tra
 _REASONS = {"FINISH_LENGTH": "length", "FINISH_MATCHED_TOKEN": "stop", "FINISH_ABORT": "abort"}
 
 
+@functools.cache
 def _import_scheduler() -> Any:
     """SGLang's scheduler module, importable on a Linux CPU machine: SGLang
     imports triton at its top, and ships a stand-in for it
@@ -56,9 +56,8 @@ def _import_scheduler() -> Any:
     (for image models only); where it is not installed (it is not in
     requirements-sglang.txt: PyPI's wheel is a CUDA build that fails beside a
     CPU torch), stand-ins from the same stubs serve that import and are then
-    removed, so that nothing else in the process sees a torchvision."""
-    if "sglang.srt.managers.scheduler" in sys.modules:
-        return sys.modules["sglang.srt.managers.scheduler"]
+    removed, so that nothing else in the process sees a torchvision. Once per
+    process."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
@@ -114,7 +113,7 @@ def _server_args(cfg: Config) -> Any:
     if _SERVER_ARGS is not None:
         _SERVER_ARGS.restore()
     _SERVER_ARGS = get_context().override_server_args(
-        model_path=str(MODEL_DIR), device="cpu", skip_tokenizer_init=True, disable_overlap_schedule=True,
+        model_path=str(TINY_MODEL_DIR), device="cpu", skip_tokenizer_init=True, disable_overlap_schedule=True,
         page_size=cfg.block_size, max_running_requests=cfg.max_num_seqs,
         max_prefill_tokens=cfg.max_num_batched_tokens, chunked_prefill_size=cfg.max_num_batched_tokens,
         enable_mixed_chunk=cfg.execution == "mixed", disable_radix_cache=not cfg.prefix_caching,
@@ -123,10 +122,12 @@ def _server_args(cfg: Config) -> Any:
     return _SERVER_ARGS.install()
 
 
-def _cpu_scheduler_class(scheduler_module: Any) -> type:
+@functools.cache
+def _cpu_scheduler_class() -> type:
     """`Scheduler` with the steps of its `__init__` that need a GPU, a model or
-    sockets replaced; everything else in `__init__` runs as written."""
-    Scheduler = scheduler_module.Scheduler
+    sockets replaced; everything else in `__init__` runs as written (made once
+    per process)."""
+    Scheduler = _import_scheduler().Scheduler
 
     class CpuScheduler(Scheduler):
         cfg: Config
@@ -206,7 +207,7 @@ class _FakeWorker:
         import torch
         from sglang.srt.managers.utils import GenerationBatchResult
 
-        tokens = [fake_token([*map(int, req.origin_input_ids), *map(int, req.output_ids)], VOCAB)
+        tokens = [fake_token([*map(int, req.origin_input_ids), *map(int, req.output_ids)])
                   for req in batch.reqs]
         return GenerationBatchResult(next_token_ids=torch.tensor(tokens, dtype=torch.long), can_run_cuda_graph=False)
 
@@ -264,7 +265,7 @@ class SglangSUT:
                                                                   "sglang.srt.managers.scheduler_components",
                                                                   "sglang.srt.mem_cache"))
         server_args = _server_args(cfg)
-        scheduler_class = _cpu_scheduler_class(module)
+        scheduler_class = _cpu_scheduler_class()
         self.scheduler = scheduler = scheduler_class.__new__(scheduler_class)
         scheduler.cfg = cfg
         with mock.patch.object(module.bootstrap, "init_parallel_runtime", lambda **_: None), \
@@ -274,8 +275,9 @@ class SglangSUT:
         self.pending: list[RequestSpec] = []
         self.aborts: list[str] = []
         self.outputs: dict[str, RequestOutput] = {}
-        self.reqs: dict[str, Any] = {}         # request -> SGLang's Req
+        self.reqs: dict[str, Any] = {}         # request -> SGLang's Req, in arrival order
         self.names: dict[str, str] = {}        # request -> the id SGLang knows it by
+        self.rids: dict[str, str] = {}         # the id SGLang knows a request by -> the request
         self.admitted: set[str] = set()        # requests admitted once
         self.running: set[str] = set()         # admitted or resumed and not since preempted or finished
 
@@ -331,7 +333,7 @@ class SglangSUT:
         from sglang.srt.sampling.sampling_params import SamplingParams
 
         name = f"loopcheck-{len(self.names):09d}"
-        self.names[spec.rid] = name
+        self.names[spec.rid], self.rids[name] = name, spec.rid
         self.outputs[spec.rid] = RequestOutput(spec.rid, [], [], None)
         params = SamplingParams(max_new_tokens=spec.max_tokens, temperature=0.0, ignore_eos=spec.stop_token is None,
                                 stop_token_ids=None if spec.stop_token is None else {spec.stop_token})
@@ -371,8 +373,8 @@ class SglangSUT:
         retracted request keeps its tokens and recomputes them."""
         waiting = {id(r) for r in self.scheduler.waiting_queue}
         events = []
-        for rid in sorted(self.running, key=self.names.__getitem__):
-            if id(self.reqs[rid]) in waiting:
+        for rid, req in self.reqs.items():
+            if rid in self.running and id(req) in waiting:
                 self.running.discard(rid)
                 events.append(Event("preempt", rid, (None, True)))
         return events
@@ -382,12 +384,11 @@ class SglangSUT:
         was not running, with the pages the radix cache gave it; then the
         positions [start, end) it computes (a decode's work shows as its
         token)."""
-        rids = {name: rid for rid, name in self.names.items()}
         events, page = [], self.cfg.block_size
         if not batch.forward_mode.is_extend():
             return []
         for req, start, length in zip(batch.reqs, batch.prefix_lens, batch.extend_lens, strict=True):
-            rid = rids[req.rid]
+            rid = self.rids[req.rid]
             if rid not in self.running:
                 self.running.add(rid)
                 if rid in self.admitted:
@@ -427,12 +428,12 @@ class SglangSUT:
                            block_tables=tables)
 
     def _block_tables(self) -> dict[str, list[list[int]]]:
-        """Per running request, the pages of the KV positions it holds (its row
-        of the request-to-token pool, to its allocated length)."""
+        """Per running request, in arrival order, the pages of the KV positions
+        it holds (its row of the request-to-token pool, to its allocated length)."""
         rows, page, tables = self.scheduler.req_to_token_pool.req_to_token, self.cfg.block_size, {}
-        for rid in self.running:
-            kv = self.reqs[rid].kv
-            if kv.req_pool_idx is None or kv.kv_allocated_len == 0:
+        for rid, req in self.reqs.items():
+            kv = req.kv
+            if rid not in self.running or kv.req_pool_idx is None or kv.kv_allocated_len == 0:
                 continue
             locations = rows[kv.req_pool_idx, :kv.kv_allocated_len].tolist()
             tables[rid] = [[int(locations[i]) // page] for i in range(0, len(locations), page)]
@@ -464,7 +465,7 @@ class SglangSUT:
         where.update({id(r): "running" for r in scheduler.running_batch.reqs})
         requests = tuple((rid, where.get(id(req), "-"), len(req.output_ids), req.kv.kv_allocated_len,
                           req.kv.kv_committed_len, req.finished_reason is not None)
-                         for rid, req in sorted(self.reqs.items(), key=lambda item: self.names[item[0]]))
+                         for rid, req in self.reqs.items())
         chunked = None if scheduler.chunked_req is None else scheduler.chunked_req.rid
         last = scheduler.last_batch
         last_batch = None if last is None else (int(last.forward_mode), tuple(r.rid for r in last.reqs))

@@ -18,20 +18,17 @@ so a recompute yields the same tokens and a wrong context would not.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event, RequestOutput
 from loopcheck.model.workload import RequestSpec
-from loopcheck.sut.fake_model import fake_token
+from loopcheck.sut.fake_model import TINY_MODEL_DIR, fake_token
 from loopcheck.sut.protocol import Capabilities, Observation
 
 PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
                               allocation="incremental", watermark_blocks=0, execution="mixed")
-MODEL_DIR = Path(__file__).parent / "tiny_model"
-VOCAB = 128   # vocab_size in tiny_model/config.json
 _REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "rejected"}
 
 
@@ -59,7 +56,7 @@ class VllmSUT:
                                 max_model_len=65536, enable_chunked_prefill=True, is_encoder_decoder=False,
                                 long_prefill_token_threshold=long_prefill,
                                 policy="priority" if cfg.priority_preemption else "fcfs")
-        model = ModelConfig(model=str(MODEL_DIR), skip_tokenizer_init=True, dtype="float32", seed=0,
+        model = ModelConfig(model=str(TINY_MODEL_DIR), skip_tokenizer_init=True, dtype="float32", seed=0,
                             max_model_len=65536)
         cache = CacheConfig(block_size=bs, enable_prefix_caching=cfg.prefix_caching)
         vllm_config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
@@ -161,7 +158,7 @@ class VllmSUT:
                 else:
                     events.append(Event("admit", rid, (hits,)))
             if start + n > r.num_tokens - 1 and start < r.num_tokens:   # reaches the last known token
-                sampled.append([fake_token(list(r.all_token_ids), VOCAB)])
+                sampled.append([fake_token(list(r.all_token_ids))])
             else:
                 sampled.append([])
             if start < r.num_tokens - 1 or n > 1:
