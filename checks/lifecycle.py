@@ -9,6 +9,7 @@ from loopcheck.checks.base import Check, Violation
 from loopcheck.checks.needs import lifetime_blocks
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event
+from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation
 from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, SUBMITTED, WAITING
 
@@ -85,7 +86,8 @@ class Work(Check):
     come in order: without WCPB a prefill reports num_loops; with it a
     chunk runs depths 1, 2, ... num_loops in turn, and neither another chunk nor
     a token of the request comes before it ran them all (an admission,
-    resumption, preemption or rewind drops the chunk)."""
+    resumption, preemption or rewind drops the chunk). A request with max_tokens 0
+    finishes for length only once its whole prompt is computed at every depth."""
 
     props = ("work",)
 
@@ -129,6 +131,8 @@ class Work(Check):
                 if e.rid in self.in_flight:
                     raise self._unfinished_chunk(e, loops)
             elif e.kind in ("admit", "resume", "preempt", "rewind", "finish"):
+                if e.kind == "finish" and e.args[0] == "length":
+                    self._prompt_computed(e, view.requests[e.rid].spec, reach)
                 self.in_flight.pop(e.rid, None)
                 kept = self.kept.pop(e.rid, 0)
                 if e.kind == "preempt" and e.args[1]:
@@ -136,6 +140,15 @@ class Work(Check):
                 elif e.kind == "resume" and e.args[1] > max(0, kept - e.args[0] * driver.cfg.block_size):
                     raise Violation("work", f"{e}: {e.rid} restores {e.args[1]} positions past its hit pages, but "
                                             f"its preemption kept {kept} in a snapshot")
+
+    def _prompt_computed(self, e: Event, spec: RequestSpec, reach: int | None) -> None:
+        """A prompt-only request (max_tokens 0) finishes for length only once its
+        whole prompt is computed at every depth."""
+        if spec.max_tokens == 0 and (reach is None or reach < len(spec.prompt) or e.rid in self.in_flight):
+            done = "none of it" if reach is None else f"positions up to {reach}" + (
+                ", its last chunk not at every depth" if e.rid in self.in_flight else "")
+            raise Violation("work", f"{e}: {e.rid} has max_tokens 0 and finished for length with {done} of its "
+                                    f"prompt of {len(spec.prompt)} computed")
 
     def _unfinished_chunk(self, e: Event, loops: int) -> Violation:
         """`e` came while its request's WCPB chunk had depths left to run."""

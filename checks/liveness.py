@@ -56,7 +56,7 @@ class Progress(Check):
 
 
 class NeverFitRejected(Check):
-    """A request that can never fit the pool (prompt + max_tokens - 1 positions need
+    """A request that can never fit the pool (its lifetime positions need
     more blocks than there are) finishes, rejected, within `within` steps of its
     submission, instead of waiting or running on while it blocks others; a request
     that fits is never rejected."""

@@ -16,7 +16,7 @@ __all__ = ["admission_blocks", "covered_blocks", "held_at_most", "lifetime_block
 
 def lifetime_blocks(spec: RequestSpec, cfg: Config) -> int:
     """Blocks the request holds at its largest: every page of prompt + max_tokens - 1
-    positions, times the planes a page costs."""
+    positions (the prompt's alone at max_tokens 0), times the planes a page costs."""
     return total_pages(spec, cfg) * cfg.planes
 
 

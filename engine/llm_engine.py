@@ -55,8 +55,8 @@ class LLMEngine:
             raise WorkloadError(f"{where}: duplicate request id")
         if not spec.prompt:
             raise WorkloadError(f"{where}: prompt must not be empty")
-        if spec.max_tokens < 1:
-            raise WorkloadError(f"{where}: max_tokens must be >= 1")
+        if spec.max_tokens < 0:
+            raise WorkloadError(f"{where}: max_tokens must be >= 0")
         bad = [t for t in spec.prompt if not 0 <= t < self.cfg.vocab_size]
         if bad:
             raise WorkloadError(f"{where}: token id {bad[0]} outside vocab [0, {self.cfg.vocab_size})")

@@ -79,7 +79,7 @@ class ModelRunner:
                 out[index] = self.sample(r.hidden, r.exit_depth)
             elif item.last_depth == L:
                 seq.hidden = None
-                if item.end == seq.prompt_len and seq.generated == 0:
+                if item.end == seq.prompt_len and seq.generated == 0 and seq.spec.max_tokens > 0:
                     assert r.hidden is not None
                     out[index] = self.sample(r.hidden[-1:], L)
             else:

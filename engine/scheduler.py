@@ -50,7 +50,8 @@ class Scheduler:
         self.events.append(Event(kind, seq.rid, tuple(args)))
 
     def lifetime_pages(self, seq: Sequence) -> int:
-        return -(-(seq.prompt_len + seq.spec.max_tokens - 1) // self.cfg.block_size)
+        written = seq.prompt_len + max(seq.spec.max_tokens, 1) - 1   # a prompt-only request writes its prompt
+        return -(-written // self.cfg.block_size)
 
     def key_of(self, seq: Sequence, page: int) -> bytes:
         """Prefix-cache key of the request's prompt page (memoised on the request)."""
@@ -292,6 +293,8 @@ class Scheduler:
             seq.fingerprint = hashlib.sha256(seq.fingerprint.encode() + token.logit_bits).hexdigest()
         self.publish(seq)
         if token is None:
+            if seq.spec.max_tokens == 0 and seq.frontier == seq.prompt_len:
+                self.end(seq, "length")
             return
         if seq.spec.stop_token is not None and token[0] == seq.spec.stop_token:
             self.end(seq, "stop")

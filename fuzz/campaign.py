@@ -9,7 +9,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from loopcheck.checks.base import Violation
 from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.directed import Director
+from loopcheck.fuzz.hypothesis_constants import no_local_constants
 from loopcheck.fuzz.machine import (
     LAST_FAILURE,
     LOCKSTEP,
@@ -34,7 +35,7 @@ from loopcheck.fuzz.machine import (
 )
 from loopcheck.fuzz.mutate import Limits
 from loopcheck.fuzz.seeds import derived_seed
-from loopcheck.fuzz.shrink import shrink
+from loopcheck.fuzz.shrink import NotReproduced, shrink
 from loopcheck.fuzz.strategies import DEFAULT_SHAPE, Shape, configs, request_sizes
 from loopcheck.model.config import Config, regression_config
 from loopcheck.model.errors import StopRequest, WorkloadError, exit_code
@@ -182,7 +183,7 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
     stats.deadline, stats.max_examples = start + budget_seconds, max_examples
     if progress:   # a line about every 2 s from the start (`Stats.clock`)
         stats.ticker = lambda: progress(progress_line(time.monotonic() - start, stats))
-    shape_run = shape if caps.abort else replace(shape, aborts="off")   # no aborts the system cannot do
+    shape_run = shape.without(*caps.refuses, *(() if caps.abort else ("aborts",)))   # nothing it cannot take
     guides = guidance or default_guidance(caps.semantics)
     director = Director(directed_configs(mode, policy, pinned), sizes["max_prompt"],
                         derived_seed(seed_value, "directed"), shape_run) if guides in ("model", "both") else None
@@ -206,7 +207,7 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
                 run_recorded(((w, Counter()) for w in stats.corpus.saved()), hunt)
             while True:
                 if hunt.found is None:
-                    machine = machine_class(strategy, factory, hunt.checks, out, stats, shape=shape, **sizes)
+                    machine = machine_class(strategy, factory, hunt.checks, out, stats, shape=shape_run, **sizes)
                     run_batches(machine, hunt, seed_value, batches, batch_examples, guided_rounds)
                 if hunt.found is None:
                     break
@@ -263,7 +264,8 @@ def run_batches(machine: type, hunt: Hunt, seed_value: int, batches: Iterator[in
         seeded._hypothesis_internal_use_settings = settings(seeded._hypothesis_internal_use_settings,
                                                             database=hunt.database)
         try:
-            seeded()
+            with no_local_constants():
+                seeded()
             StopRequest.check()
         except Violation as v:
             hunt.found = v
@@ -346,7 +348,7 @@ def finalise(hunt: Hunt, earlier: list[Finding], max_replays: int, deadline: flo
     try:
         shrunk = shrink(recorded, hunt.found.signature, hunt.factory, hunt.checks.build, max_replays, deadline,
                         progress)
-    except ValueError:
+    except NotReproduced:
         return kept_unshrunk(hunt, earlier, "the recorded workload does not reproduce on replay; kept unshrunk")
     small, violation = shrunk.workload, shrunk.run.violation
     assert violation is not None

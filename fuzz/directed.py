@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from loopcheck.checks.needs import lifetime_blocks
+from loopcheck.fuzz.hypothesis_constants import no_local_constants
 from loopcheck.fuzz.shrink import with_request
 from loopcheck.fuzz.strategies import DEFAULT_SHAPE, OFF, ON, VOCAB, Shape, workloads
 from loopcheck.model.config import Config
@@ -242,7 +243,8 @@ def draw_workloads(strategy: st.SearchStrategy[Workload], seed: int, count: int)
         drawn.append(w)
 
     collect._hypothesis_internal_use_seed = seed
-    collect()
+    with no_local_constants():
+        collect()
     return drawn
 
 

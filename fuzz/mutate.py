@@ -50,6 +50,8 @@ class Limits:
             return False
         if s.priorities != ON and len({r.priority for r in w.requests}) > 1:
             return False
+        if s.prompt_only == OFF and any(r.max_tokens == 0 for r in w.requests):
+            return False
         return all(max(r.prompt) < cfg.vocab_size and 0 < len(r.prompt) <= MAX_PROMPT
                    and (r.stop_token is None or 0 <= r.stop_token < cfg.vocab_size) for r in w.requests)
 
@@ -120,7 +122,8 @@ def resize_prompt(w: Workload, rng: random.Random) -> Workload | None:
 
 def resize_output(w: Workload, rng: random.Random) -> Workload | None:
     i, r = _pick(w, rng)
-    return with_request(w, i, replace(r, max_tokens=rng.randint(1, min(MAX_TOKENS, 2 * r.max_tokens + 1))))
+    tokens = 0 if rng.random() < 0.2 else rng.randint(1, min(MAX_TOKENS, 2 * r.max_tokens + 1))
+    return with_request(w, i, replace(r, max_tokens=tokens))
 
 
 def share_prefix(w: Workload, rng: random.Random) -> Workload | None:

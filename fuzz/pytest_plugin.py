@@ -22,8 +22,9 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from loopcheck.checks.base import Violation
 from loopcheck.checks.suite import CheckSet, default_mode
+from loopcheck.fuzz.hypothesis_constants import no_local_constants
 from loopcheck.fuzz.machine import LAST_FAILURE, Stats, counterexample_path, machine_class
-from loopcheck.fuzz.strategies import configs, request_sizes
+from loopcheck.fuzz.strategies import DEFAULT_SHAPE, configs, request_sizes
 from loopcheck.model.config import Config
 from loopcheck.sut.loader import capabilities_of
 from loopcheck.sut.protocol import SutFactory
@@ -59,12 +60,14 @@ def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] 
     strategy = config_strategy if config_strategy is not None else configs(**caps.pinned)
     checks = CheckSet(mode, frozenset(ignore))
     sizes = {**request_sizes(caps.pinned.get("block_size")), **kw}   # (scaled to a pinned page)
-    machine = machine_class(strategy, factory, checks, out, stats, source=f"pytest loopcheck_machine ({mode})", **sizes)
+    machine = machine_class(strategy, factory, checks, out, stats, source=f"pytest loopcheck_machine ({mode})",
+                            shape=DEFAULT_SHAPE.without(*caps.refuses), **sizes)
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
     try:
-        run_state_machine_as_test(machine, settings=settings(
-            max_examples=max_examples, stateful_step_count=steps, deadline=None, derandomize=derandomize,
-            database=None, suppress_health_check=list(HealthCheck), phases=phases, report_multiple_bugs=False))
+        with no_local_constants():
+            run_state_machine_as_test(machine, settings=settings(
+                max_examples=max_examples, stateful_step_count=steps, deadline=None, derandomize=derandomize,
+                database=None, suppress_health_check=list(HealthCheck), phases=phases, report_multiple_bugs=False))
     except Violation as v:
         path = counterexample_path(out, v.prop)
         (out / LAST_FAILURE).replace(path)   # the last failing example Hypothesis ran: its shrunk one

@@ -56,7 +56,7 @@ def _candidates(w: Workload) -> Iterator[Workload]:
             yield with_request(w, i, replace(r, abort_at=None))
         for shorter in sorted({len(r.prompt) // 2, len(r.prompt) - 1} - {0, len(r.prompt)}):
             yield with_request(w, i, replace(r, prompt=r.prompt[:shorter]))
-        for fewer in sorted({r.max_tokens // 2, r.max_tokens - 1} - {0, r.max_tokens}):
+        for fewer in sorted({r.max_tokens // 2, r.max_tokens - 1} - {-1, 0, r.max_tokens}):
             yield with_request(w, i, replace(r, max_tokens=fewer))
         if r.arrival > 0:
             yield with_request(w, i, shifted(r, -1))
@@ -73,13 +73,17 @@ class Shrunk:
     cut: bool
 
 
+class NotReproduced(Exception):
+    """The workload to shrink does not break the rule it was recorded for."""
+
+
 def shrink(w: Workload, signature: str, factory: SutFactory, checks: Callable[[], list[Check]],
            max_replays: int = 400, deadline: float | None = None,
            progress: Callable[[str], None] | None = None, tick: float = 2.0) -> Shrunk:
     """The smallest workload found within `max_replays` replays (and before the
     `deadline`, a time.monotonic() value, if any) that still breaks the same
     rule: a violation of `signature` (`Violation.signature`, PROP@WHERE), or of
-    its property alone when `signature` names only a property; ValueError if
+    its property alone when `signature` names only a property; NotReproduced if
     `w` itself does not. `progress` gets a line about every `tick`
     seconds."""
     def same(run: Run) -> bool:
@@ -88,7 +92,7 @@ def shrink(w: Workload, signature: str, factory: SutFactory, checks: Callable[[]
 
     best = run_workload(w, factory, checks())
     if not same(best):
-        raise ValueError(f"the workload does not reproduce {signature!r}")
+        raise NotReproduced(f"the workload does not reproduce {signature!r}")
     replays = 0
     improved = True
     clock = Ticker(tick)

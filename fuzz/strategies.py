@@ -6,7 +6,7 @@ Exported for users' own tests: `configs()`, `requests()`, `workloads()`, `Shape`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hypothesis import strategies as st
@@ -28,7 +28,9 @@ class Shape:
     stop_tokens: stop tokens 0..4 on some requests, or one stop token on all;
     aborts: aborts of submitted requests (on/off);
     oversized: requests larger than the pool (on/off);
-    prefixes: prompts that share prefixes, or nearly (on/off).
+    prefixes: prompts that share prefixes, or nearly (on/off);
+    prompt_only: requests with max_tokens 0, whose prompt is computed and which
+      generate no token (on/off).
     """
 
     priorities: str | int = ON
@@ -36,6 +38,7 @@ class Shape:
     aborts: str = ON
     oversized: str = ON
     prefixes: str = ON
+    prompt_only: str = ON
 
     @classmethod
     def parse(cls, text: str) -> Shape:
@@ -66,6 +69,15 @@ class Shape:
         picks = [st.sampled_from([ON, ON, ON, OFF]) if getattr(self, n) == ON else st.just(getattr(self, n))
                  for n in names]
         return st.tuples(*picks).map(lambda values: Shape(**dict(zip(names, values, strict=True))))
+
+    def without(self, *features: str) -> Shape:
+        """This shape with `features` off (those a system cannot take); an unknown
+        feature is a WorkloadError naming it."""
+        unknown = [name for name in features if name not in self.__dataclass_fields__]
+        if unknown:
+            raise WorkloadError(f"unknown workload feature {unknown[0]!r}: expected one of "
+                                f"{', '.join(self.__dataclass_fields__)}")
+        return replace(self, **{name: OFF for name in features})
 
     def __str__(self) -> str:
         return ",".join(f"{k}={getattr(self, k)}" for k in self.__dataclass_fields__)
@@ -158,9 +170,11 @@ def request_bodies(draw: st.DrawFn, prefixes: tuple[tuple[int, ...], ...] = (), 
     n = draw(tail_len)
     tail = tuple(draw(st.lists(st.integers(0, VOCAB - 1), min_size=n, max_size=n)))
     prompt, tokens = (head + tail)[:longest], draw(st.integers(1, max_tokens))
+    if shape.prompt_only == ON and draw(st.integers(0, 7)) == 7:   # (shrinks towards requests with tokens)
+        tokens = 0
     if shape.oversized == OFF and pool_positions:   # every request fits the pool: prompt + tokens - 1 positions
         prompt = prompt[:pool_positions]
-        tokens = max(1, min(tokens, pool_positions + 1 - len(prompt)))
+        tokens = min(tokens, max(1, pool_positions + 1 - len(prompt)))
     return dict(prompt=prompt, max_tokens=tokens,
                 priority=draw(_feature(shape.priorities, st.integers(0, 3), 0)),
                 stop_token=draw(_feature(shape.stop_tokens, st.none() | st.integers(0, 4), None)))

@@ -60,6 +60,9 @@ def render(workload: Workload, rep: Replay) -> str:
     lines.append(f"{verdict}\nfinished {rep.finished[-1] if rep.finished else 0}/{len(workload.requests)}, "
                  f"preemptions {rep.preemptions[-1] if rep.preemptions else 0}, "
                  f"blocks held {rep.held[-1] if rep.held else 0}")
+    if rep.refused:
+        lines.append("refused by the system (left out of the run): "
+                     + "; ".join(f"{rid} ({why})" for rid, why in rep.refused.items()))
     if rep.skipped:
         lines.append("checks not run: " + "; ".join(f"{k} ({why})" for k, why in rep.skipped.items()))
     for name, v in rep.ignored:

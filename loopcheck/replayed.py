@@ -30,6 +30,7 @@ class Replay:
     ignored: list[tuple[str, Violation]] = field(default_factory=list)   # (check, ignored violation): `Ignoring`
     ended_by: Violation | None = None   # an ignored crash, hang or liveness finding that ended the run
     semantics: str | None = None   # the system's capabilities.semantics (None: not loopcheck's, no policy)
+    refused: dict[str, str] = field(default_factory=dict)   # requests the system refused at `add` -> why
 
     def record(self, events: list[Event], obs: Observation) -> None:
         done = sum(e.kind == "finish" for e in events) + (self.finished[-1] if self.finished else 0)
@@ -58,6 +59,7 @@ def replay(workload: Workload, factory: SutFactory, checks: CheckSet, max_steps:
     rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped
     rep.ignored = ignored(run.driver.checks)
     rep.ended_by = run.driver.ended_by
+    rep.refused = dict(run.driver.refused)
     sut = getattr(run.driver, "sut", None)   # (none when building it crashed)
     rep.semantics = sut.capabilities.semantics if sut is not None else None
     return rep

@@ -41,8 +41,10 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def total_pages(spec: RequestSpec, cfg: Config) -> int:
-    """Pages a request needs for its whole life: prompt + max_tokens - 1 positions."""
-    return ceil_div(len(spec.prompt) + spec.max_tokens - 1, cfg.block_size)
+    """Pages a request needs for its whole life: prompt + max_tokens - 1 positions
+    (the last token is never written), and the prompt's positions when it has
+    max_tokens 0."""
+    return ceil_div(len(spec.prompt) + max(spec.max_tokens, 1) - 1, cfg.block_size)
 
 
 def never_fits(spec: RequestSpec, cfg: Config) -> bool:
@@ -509,6 +511,10 @@ class _Step:
                 self.reqs[i] = r
                 if not (depth == L and end == P_of(i)):
                     self.publish(i)
+                    continue
+                if spec.max_tokens == 0:   # a prompt-only request: no token
+                    self.publish(i)
+                    self.finish(i, "length")
                     continue
             outcome = self.env.outcome(spec.rid, r.generated)
             depth = L if r.generated == 0 else outcome.exit_depth

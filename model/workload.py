@@ -20,6 +20,8 @@ class RequestSpec:
     """One request as submitted.
 
     Priority: lower number is more urgent; ties by arrival, then id.
+    `max_tokens` 0: a prompt-only request (its prompt is computed, it finishes
+    with `length` and no token).
     `abort_at` aborts the request at the start of that step. `script_tokens` and
     `script_exit_depths` only drive the reference model's environment (the
     engine's LM decides for itself); both are cycled when shorter than needed.
@@ -116,7 +118,7 @@ def request_from_json(data: Any, index: int, config: Config) -> RequestSpec:
     return RequestSpec(
         rid=rid,
         prompt=prompt,
-        max_tokens=_int(f"{where}.max_tokens", data["max_tokens"], 1, 2**20),
+        max_tokens=_int(f"{where}.max_tokens", data["max_tokens"], 0, 2**20),
         arrival=arrival,
         priority=_int(f"{where}.priority", data.get("priority", 0), -MAX_VALUE),
         stop_token=None if stop is None else _int(f"{where}.stop_token", stop, 0),

@@ -168,6 +168,8 @@ def targets(s: SymState, s1: SymState, w: SymWorkload, c: SymConfig, ins: StepIn
         "abort": z3.Or([z3.And(ins.aborts[i], running[i]) for i in range(K)]),
         "stop token": z3.Or([z3.And(ins.stops[i], s1.status[i] == FINISHED, s.status[i] != FINISHED,
                                     s1.generated[i] < w.max_tokens[i]) for i in range(K)]),
+        "prompt-only finish": z3.Or([z3.And(w.max_tokens[i] == 0, running[i], z3.Not(ins.aborts[i]),
+                                            s1.status[i] == FINISHED) for i in range(K)]),
         "rejection": z3.Or([z3.And(s.status[i] == PENDING, w.need[i] > c.num_blocks, s1.status[i] == FINISHED)
                             for i in range(K)]),
         "resume": z3.Or([z3.And(s.status[i] == bmc.PREEMPTED, s.frontier[i] > 0, s1.status[i] == bmc.RUNNING)
@@ -245,7 +247,7 @@ def random_workload(rng: random.Random, cfg: Config, K: int, prefixes: bool) -> 
         prompt = (shared + own)[:n] if prefixes and rng.random() < 0.7 else own
         arrival = rng.randint(0, 4)
         abort_at = arrival + rng.randint(0, 8) if rng.random() < 0.15 else None
-        reqs.append(RequestSpec(f"r{i}", prompt, rng.randint(1, 5), arrival, rng.randint(0, 3),
+        reqs.append(RequestSpec(f"r{i}", prompt, rng.randint(1 if prefixes else 0, 5), arrival, rng.randint(0, 3),
                                 STOP_TOKEN if rng.random() < 0.2 else None, abort_at,
                                 script_tokens=(rng.choice((0, STOP_TOKEN, 5)),)))
     return ordered(Workload(cfg, tuple(reqs)))
@@ -308,6 +310,7 @@ def admission_disagreement(w: Workload, state: SchedState, tally: dict[str, int]
                 want, rule = sim.preflight(i, v, pend_from, watermark), "guarded preflight"
                 tally["preflight rejections"] += not want
                 tally["prefix hits in preflight"] += sim.hit_pages(i, pend_from) > 0
+                tally["preflights decided by pending pages"] += want != sim.preflight(i, v, frozenset(), watermark)
             tally[rule] += 1
             if enc != want:
                 return (f"encoding and model disagree at {rule}: {w.requests[i].rid} "
@@ -364,7 +367,7 @@ def bind(K: int = 4, runs: int = 16, seed: int = 0) -> Binding:
         if found:
             return Binding(compared, f"{found} ({mode_text(w.config)})")
     tally = {"admission": 0, "guarded preflight": 0, "preflight rejections": 0, "prefix hits in preflight": 0,
-             "futile preemptions": 0}
+             "preflights decided by pending pages": 0, "futile preemptions": 0}
     for w in prefix_workloads(rng, configs, runs, aimed=runs // 2):
         found = admission_run_disagreement(w, tally)
         if found:
@@ -375,22 +378,25 @@ def bind(K: int = 4, runs: int = 16, seed: int = 0) -> Binding:
 def prefix_workloads(rng: random.Random, configs: list[Config], plain: int, aimed: int,
                      tries: int = 4000) -> list[Workload]:
     """`plain` random workloads with prefix caching, then `aimed` more among those
-    whose model run makes a futile preemption (a window random runs seldom open:
-    a running request still prefilling pages the waiting request hits)."""
+    whose model run makes a futile preemption, and `aimed` among those with a
+    guarded preflight that pages pending publication decide (windows random runs
+    seldom open: a running request still prefilling pages the waiting request
+    hits)."""
     def draw(n: int) -> Workload:
         cfg = replace(configs[n % len(configs)], prefix_caching=True, block_size=2, num_blocks=12,
                       kv_layout="shared", watermark_blocks=n % 3)
         return random_workload(rng, cfg, 4, prefixes=True)
 
     out = [draw(n) for n in range(plain)]
-    found = 0
-    for n in range(tries):
-        if found == aimed:
-            break
-        w = draw(2 * n)     # even indices: the guarded policy
-        if futile_preemption(w):
-            out.append(w)
-            found += 1
+    for window in (futile_preemption, pending_pages_wanted):
+        found = 0
+        for n in range(tries):
+            if found == aimed:
+                break
+            w = draw(2 * n)     # even indices: the guarded policy
+            if window(w):
+                out.append(w)
+                found += 1
     return out
 
 
@@ -400,6 +406,24 @@ def futile_preemption(w: Workload, steps: int = 30) -> bool:
         admitted = {e.rid for e in events if e.kind in ("admit", "resume")}
         if any(e.kind == "preempt" and e.args[0] not in admitted for e in events):
             return True
+    return False
+
+
+def pending_pages_wanted(w: Workload, steps: int = 30) -> bool:
+    """Does the model's run of w reach a state where a waiting or preempted
+    request would hit a prompt page that a running request holds and has not yet
+    published (the pages the guarded preflight counts as pending hits)? Read from
+    the state alone, not from the preflight, so that a preflight changed in
+    model/ still gets these workloads."""
+    bs = w.config.block_size
+    for state, _, _ in model_steps(w, steps):
+        sim = _Step(state, WorkloadEnv(w))
+        pending = {sim.prompt_hash(j, k) for j, x in enumerate(state.reqs) if x.status == RUNNING
+                   for k, page in enumerate(x.pages) if page is None and (k + 1) * bs <= len(w.requests[j].prompt)}
+        for i, r in enumerate(state.reqs):
+            wanted = {sim.prompt_hash(i, k) for k in range((len(w.requests[i].prompt) - 1) // bs)}
+            if r.status in (WAITING, PREEMPTED) and wanted & pending:
+                return True
     return False
 
 

@@ -89,9 +89,9 @@ class SymWorkload:
         return len(self.prompt)
 
     def facts(self) -> list[z3.BoolRef]:
-        """What every workload satisfies: sizes >= 1, arrivals >= 0, index order
-        is priority order."""
-        out = [x >= 1 for x in (*self.prompt, *self.max_tokens, *self.need)]
+        """What every workload satisfies: prompts and needs >= 1, max_tokens and
+        arrivals >= 0, index order is priority order."""
+        out = [x >= 1 for x in (*self.prompt, *self.need)] + [m >= 0 for m in self.max_tokens]
         out += [a >= 0 for a in self.arrival]
         out += [self.priority[i] <= self.priority[i + 1] for i in range(self.K - 1)]
         return out
@@ -100,9 +100,10 @@ class SymWorkload:
 def needs_of(prompt: tuple[z3.ArithRef, ...], max_tokens: tuple[z3.ArithRef, ...],
              cfg: Config) -> tuple[z3.ArithRef, ...]:
     """Blocks for a request's whole life: pages for prompt + max_tokens - 1
-    positions, times the planes of the layout."""
+    positions (the prompt's at max_tokens 0), times the planes of the layout."""
     bs = cfg.block_size
-    return tuple(cfg.planes * ((p + m - 1 + bs - 1) / bs) for p, m in zip(prompt, max_tokens, strict=True))
+    return tuple(cfg.planes * ((p + z3.If(m >= 1, m, 1) - 1 + bs - 1) / bs)
+                 for p, m in zip(prompt, max_tokens, strict=True))
 
 
 @dataclass(frozen=True)
@@ -341,17 +342,18 @@ class Pass:
 
     def execute(self, i: int, stop: z3.BoolRef) -> None:
         """Request i's batch item runs: one depth (WCPB) or every depth of a
-        chunk, or one token; a token at max_tokens or a stop token finishes it."""
+        chunk, or one token; a token at max_tokens or a stop token finishes it,
+        and a prompt-only request (max_tokens 0) finishes with its prompt."""
         w, c, f, ce, cd, g = self.w, self.c, self.f, self.ce, self.cd, self.g
-        P, L = w.prompt[i], c.num_loops
+        P, L, m = w.prompt[i], c.num_loops, w.max_tokens[i]
         prefill = z3.And(self.in_batch[i], ce[i] > f[i])
         depth = cd[i] + 1 if c.wcpb else L
         done = z3.And(prefill, depth == L)
-        token = z3.Or(z3.And(self.in_batch[i], z3.Not(prefill)),
-                      z3.And(done, ce[i] == P, g[i] == 0))
+        prompt_done = z3.And(done, ce[i] == P, g[i] == 0)
+        token = z3.Or(z3.And(self.in_batch[i], z3.Not(prefill)), z3.And(prompt_done, m >= 1))
         cd[i] = z3.If(prefill, z3.If(depth == L, 0, depth), cd[i])
         f[i] = z3.If(done, ce[i], f[i])
         g[i] = z3.If(token, g[i] + 1, g[i])
-        finish = z3.And(token, z3.Or(stop, g[i] >= w.max_tokens[i]))
+        finish = z3.Or(z3.And(token, z3.Or(stop, g[i] >= m)), z3.And(prompt_done, m == 0))
         self.free = self.free + z3.If(finish, w.need[i], 0)
         self.st[i] = z3.If(finish, FINISHED, self.st[i])

@@ -70,7 +70,8 @@ def local_facts(s: SymState, w: SymWorkload, c: SymConfig) -> list[z3.BoolRef]:
                   z3.BoolVal(True) if c.wcpb else ce == f,
                   z3.Implies(st != RUNNING, z3.And(ce == f, cd == 0)),
                   z3.Implies(z3.Or(st == PENDING, st == WAITING), z3.And(f == 0, g == 0)),
-                  g >= 0, z3.Implies(st != FINISHED, g < w.max_tokens[i]),
+                  g >= 0, z3.Implies(st != FINISHED, z3.Or(g < w.max_tokens[i],
+                                                            z3.And(w.max_tokens[i] == 0, f < w.prompt[i]))),
                   z3.Implies(f < w.prompt[i], g == 0),
                   s.bypasses[i] >= 0,
                   z3.Implies(z3.And(st != PENDING, st != FINISHED), w.need[i] <= c.num_blocks)]

@@ -20,7 +20,7 @@ from loopcheck.proofs.bmc import FINISHED, SymConfig, SymWorkload, initial, need
 from loopcheck.proofs.result import BOUNDED, COUNTEREXAMPLE, UNKNOWN, ProofResult, solve
 from loopcheck.sut.simulate import simulate_model
 
-LIMITS = dict(prompt=(1, 10), max_tokens=(1, 6), priority=(0, 3), arrival=(0, 4))
+LIMITS = dict(prompt=(1, 10), max_tokens=(0, 6), priority=(0, 3), arrival=(0, 4))
 
 
 def symbolic_workload(K: int, cfg: Config) -> tuple[SymWorkload, list[z3.BoolRef]]:

@@ -74,6 +74,10 @@ class Capabilities:
       fuzzer's coverage guidance measures lines only there. Empty: a crash is
       named by its innermost line outside the standard library, and no coverage
       is measured.
+    refuses: workload features (`loopcheck.fuzz.strategies.Shape` fields, for
+      example ("prompt_only",) for an API that refuses max_tokens 0) the system's
+      API refuses: they are never drawn for it (a request it refuses anyway is
+      `Refused` at `add`).
     """
 
     kv: bool = False
@@ -86,6 +90,7 @@ class Capabilities:
     internals: bool = False
     block_tables: bool = False
     code: tuple[str, ...] = ()
+    refuses: tuple[str, ...] = ()
 
 
 @dataclass

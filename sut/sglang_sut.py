@@ -191,7 +191,8 @@ class _FakeWorker:
     """Stands in for SGLang's TP model worker: `forward_batch_generation`
     answers, per request of the batch, a token that is a hash of its prompt and
     tokens so far (SGLang keeps it only where the forward reaches the end of
-    the sequence)."""
+    the sequence), or, as the worker does for a batch of prefill-only requests,
+    placeholder zeros."""
 
     def __init__(self, model_config: Any) -> None:
         from sglang.srt.model_executor.model_runner_components.ngram_embedding_manager import (
@@ -207,8 +208,8 @@ class _FakeWorker:
         import torch
         from sglang.srt.managers.utils import GenerationBatchResult
 
-        tokens = [fake_token([*map(int, req.origin_input_ids), *map(int, req.output_ids)])
-                  for req in batch.reqs]
+        tokens = [0 if batch.is_prefill_only else
+                  fake_token([*map(int, req.origin_input_ids), *map(int, req.output_ids)]) for req in batch.reqs]
         return GenerationBatchResult(next_token_ids=torch.tensor(tokens, dtype=torch.long), can_run_cuda_graph=False)
 
 
@@ -402,13 +403,16 @@ class SglangSUT:
         return events
 
     def _answered(self) -> list[Event]:
-        """New tokens and finishes, read from SGLang's requests."""
+        """New tokens and finishes, read from SGLang's requests: their output as
+        SGLang streams it (`output_ids_through_stop`, cut at `finished_len`; so a
+        prefill-only request, max_new_tokens 0, has none, although SGLang keeps a
+        placeholder id in its output_ids)."""
         events = []
         for rid, req in self.reqs.items():
             mine = self.outputs[rid]
             if mine.finish_reason is not None:
                 continue
-            for token in [int(t) for t in req.output_ids][len(mine.token_ids):]:
+            for token in [int(t) for t in req.output_ids_through_stop][len(mine.token_ids):]:
                 events.append(Event("token", rid, (len(mine.token_ids), token, 1)))
                 mine.token_ids.append(token)
                 mine.exit_depths.append(1)

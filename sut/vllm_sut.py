@@ -25,7 +25,7 @@ from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event, RequestOutput
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.fake_model import TINY_MODEL_DIR, fake_token
-from loopcheck.sut.protocol import Capabilities, Observation
+from loopcheck.sut.protocol import Capabilities, Observation, Refused
 
 PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
                               allocation="incremental", watermark_blocks=0, execution="mixed")
@@ -46,7 +46,8 @@ class VllmSUT:
 
         self.cfg = cfg
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
-                                         pinned=PINNED, block_tables=True, code=("vllm.v1.core",))
+                                         pinned=PINNED, block_tables=True, code=("vllm.v1.core",),
+                                         refuses=("prompt_only",))
         bs = cfg.block_size
         long_prefill = cfg.prefill_chunk_size if cfg.prefill_chunk_size < cfg.max_num_batched_tokens else 0
         if cfg.max_num_batched_tokens < cfg.max_num_seqs:
@@ -103,18 +104,31 @@ class VllmSUT:
         scheduler._preempt_request = preempt_request
 
     def add(self, spec: RequestSpec) -> None:
+        """Queue the request for the next step; `Refused` when vLLM's own
+        SamplingParams validation refuses it as a client error (max_tokens 0)."""
+        from vllm.exceptions import VLLMClientError
+
+        try:
+            self._sampling_params(spec)
+        except VLLMClientError as exc:
+            raise Refused(f"vLLM's SamplingParams refuses it: {exc}") from None
         self.pending.append(spec)
 
     def abort(self, rid: str) -> None:
         self.aborts.append(rid)
 
-    def _request(self, spec: RequestSpec) -> Any:
+    @staticmethod
+    def _sampling_params(spec: RequestSpec) -> Any:
         from vllm.sampling_params import SamplingParams
+
+        return SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True,
+                              stop_token_ids=[spec.stop_token] if spec.stop_token is not None else None)
+
+    def _request(self, spec: RequestSpec) -> Any:
         from vllm.v1.request import Request
 
-        params = SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True,
-                                stop_token_ids=[spec.stop_token] if spec.stop_token is not None else None)
-        return Request(request_id=spec.rid, prompt_token_ids=list(spec.prompt), sampling_params=params,
+        return Request(request_id=spec.rid, prompt_token_ids=list(spec.prompt),
+                       sampling_params=self._sampling_params(spec),
                        pooling_params=None, priority=spec.priority,
                        arrival_time=float(self.steps) + len(self.outputs) * 1e-6, block_hasher=self.hasher)
 

@@ -69,7 +69,7 @@ def test_abort_anywhere_frees_everything(where: str) -> None:
 @pytest.mark.parametrize("bad, message", [
     (RequestSpec("t", (1, 99), 2), "token id 99 outside vocab"),
     (RequestSpec("t", (), 2), "prompt must not be empty"),
-    (RequestSpec("t", (1,), 0), "max_tokens must be >= 1"),
+    (RequestSpec("t", (1,), -1), "max_tokens must be >= 0"),
     (RequestSpec("a", (1,), 2), "duplicate request id"),
 ])
 def test_bad_requests_are_refused_without_disturbing_others(bad, message) -> None:

@@ -23,7 +23,7 @@ from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.pytest_plugin import run_machine
 from loopcheck.fuzz.strategies import configs, request_bodies
 from loopcheck.model.config import Config, regression_config
-from loopcheck.model.workload import load_workload
+from loopcheck.model.workload import Workload, load_workload
 from loopcheck.sut.simulate import simulate_engine
 from loopcheck.sut.torch_sut import TorchSUT
 
@@ -118,7 +118,7 @@ def test_mutant_abort_not_releasing_blocks(monkeypatch) -> None:
         original(self, seq, reason)
 
     v = find([(Scheduler, "end", end)], st.just(CONTENDED), monkeypatch, max_examples=300)
-    assert v.prop == "conformance"   # (the model frees them: the next admissions differ)
+    assert v.prop == "kv-conservation"   # (blocks held that no request holds)
 
 
 def test_mutant_watermark_ignored(monkeypatch) -> None:
@@ -204,6 +204,22 @@ def test_shrinking_is_bounded_by_replays_and_a_deadline_says_where_it_stopped() 
     done = shrink(w, "livelock", ModelSUT, checks)
     assert not done.cut and done.replays < 400   # a fixpoint, not the bound
     assert shrink(w, "livelock", ModelSUT, checks, max_replays=done.replays).workload == done.workload
+
+
+def test_shrinking_keeps_prompt_only_requests_valid_and_never_makes_them() -> None:
+    """Shrinking lowers max_tokens only to values >= 1: a prompt-only request
+    (max_tokens 0) is left as it is (a candidate with -1 had raised inside
+    shrinking, where it read as "does not reproduce"), and a request with tokens
+    does not become prompt-only."""
+    from loopcheck.fuzz.shrink import _candidates
+
+    w = load_workload("examples/livelock.json")
+    w = Workload(w.config, (replace(w.requests[0], max_tokens=0), replace(w.requests[1], max_tokens=2),
+                            *w.requests[2:]))
+    tokens = [{r.rid: r.max_tokens for r in cand.requests} for cand in _candidates(w)]
+    first, second = w.requests[0].rid, w.requests[1].rid
+    assert all(row.get(first, 0) == 0 and all(m >= 1 for rid, m in row.items() if rid != first) for row in tokens)
+    assert any(row.get(second) == 1 for row in tokens)
 
 
 def test_the_printed_line_gives_the_same_counterexample_byte_for_byte_under_load(tmp_path, capsys) -> None:

@@ -129,7 +129,7 @@ def test_the_corpus_keeps_what_is_new_and_aims_at_what_is_rare() -> None:
     assert corpus.target() in (("edge", "rare"), ("edge", "common"))
 
 
-@pytest.mark.parametrize("bug, prop", [("stale-hash", "kv-hit-blocks"), ("hit-no-ref", "kv-tables")])
+@pytest.mark.parametrize("bug, prop", [("stale-hash", "kv-tables"), ("hit-no-ref", "kv-tables")])
 def test_guidance_from_the_system_finds_prefix_cache_bugs_of_a_scheduler_it_did_not_write(bug, prop, tmp_path) -> None:
     """Bugs of the benchmark scheduler's prefix cache (an evicted block's hash
     kept; a hit that takes no reference, so the block is reused under it),

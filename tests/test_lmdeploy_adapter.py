@@ -97,6 +97,17 @@ def test_a_page_deduplicated_onto_a_finished_copy_is_not_a_sharing_violation() -
     assert any(shared), "q1 never shared m4's page: the case this test is about did not happen"
 
 
+def test_a_prompt_only_request_is_prefilled_and_stopped_with_no_token() -> None:
+    """max_new_tokens 0: LMDeploy's AR sequence strategy stops the sequence on
+    its prefill (no token); a request with tokens beside it runs on."""
+    cfg = lmdeploy_config(num_blocks=6, block_size=16, max_num_seqs=2, prefix_caching=True)
+    w = Workload(cfg, (RequestSpec("p", PAGE + (20, 21), 0), RequestSpec("g", PAGE + (30,), 2, arrival=1)))
+    run = run_workload(w, factory(), checks_for("property"))
+    assert run.violation is None and run.drained
+    assert run.observation.outputs["p"].token_ids == [] and run.observation.outputs["p"].finish_reason == "length"
+    assert ("prefill", "p", (0, 18, 1)) in kinds(run) and len(run.observation.outputs["g"].token_ids) == 2
+
+
 def test_runs_are_deterministic() -> None:
     cfg = lmdeploy_config(num_blocks=4, max_num_seqs=2, prefix_caching=True)
     w = Workload(cfg, tuple(RequestSpec(f"r{i}", PAGE[:8 + i * 3], 12, arrival=i) for i in range(4)))

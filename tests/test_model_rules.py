@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loopcheck.model.reference import page_hash
+from loopcheck.model.reference import page_hash, total_pages
 from loopcheck.model.state import FINISHED, PREEMPTED, RUNNING, WAITING
 from tests.helpers import kinds, req, run_steps, workload
 
@@ -259,3 +259,25 @@ def test_stop_token_finishes_early() -> None:
     w = workload(req("a", 2, 9, stop_token=3), **SMALL)
     state, trace = run_steps(w, 6)
     assert state.reqs[0].finish == "stop" and state.reqs[0].generated == 4
+
+
+def test_a_prompt_only_request_computes_its_prompt_and_finishes_without_a_token() -> None:
+    """max_tokens 0: p (5 tokens, chunks of 3 on WCPB with 2 depths) needs its
+    prompt's 3 pages, not ceil((5 - 1) / 2) = 2; its last chunk at depth 2 ends it
+    with `length` and no token, after it publishes its full pages; the torch
+    engine, in lockstep with the model, does the same."""
+    from loopcheck.checks.suite import checks_for
+    from loopcheck.sut.driver import run_workload
+    from loopcheck.sut.torch_sut import TorchSUT
+
+    w = workload(req("p", 5, 0), req("q", 4, 2, arrival=1), **{**SMALL, "wcpb": True, "prefix_caching": True,
+                                                               "prefill_chunk_size": 3})
+    assert total_pages(w.requests[0], w.config) == 3
+    state, trace = run_steps(w, 4)
+    assert kinds(trace[0]) == ["arrive(p)", "admit(p, 0)", "prefill(p, 0, 3, 1)"]
+    assert state.reqs[0].status == FINISHED and state.reqs[0].generated == 0
+    p_events = [str(e) for evs in trace for e in evs if e.rid == "p"]
+    assert p_events[-3:] == ["prefill(p, 3, 5, 2)", "publish(p, 1)", "finish(p, length)"]
+    assert not any(e.startswith("token(p") for e in p_events)
+    run = run_workload(w, TorchSUT, checks_for("lockstep"))
+    assert run.violation is None and run.drained and run.observation.outputs["p"].token_ids == []

@@ -58,7 +58,7 @@ def test_admission_encoding_agrees_with_the_model() -> None:
     caching, and of binding's workloads aimed at futile preemptions (which random
     runs seldom make); together they evaluate every rule the tally names."""
     tally = {"admission": 0, "guarded preflight": 0, "preflight rejections": 0, "prefix hits in preflight": 0,
-             "futile preemptions": 0}
+             "preflights decided by pending pages": 0, "futile preemptions": 0}
 
     @settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=SLOW)
     @given(workloads(configs(allocation="upfront", prefix_caching=True)), st.integers(0, 30))
@@ -74,7 +74,8 @@ def test_admission_encoding_agrees_with_the_model() -> None:
 def test_solved_states_reach_every_target_and_agree() -> None:
     cfg = binding.binding_configs()[0]
     states = solved_states(cfg, 3)
-    assert {label for label, _, _ in states} >= {"preemption", "abort", "stop token", "rejection", "watermark"}
+    assert {label for label, _, _ in states} >= {"preemption", "abort", "stop token", "rejection", "watermark",
+                                                 "prompt-only finish"}
     for _, w, state in states:
         assert step_disagreement(w, state) is None
 
@@ -116,11 +117,19 @@ def _guard_never_recording(original):
     return schedule_waiting
 
 
+def _prompt_only_sampling_a_token(original):
+    def execute(self):
+        self.specs = tuple(replace(spec, max_tokens=max(spec.max_tokens, 1)) for spec in self.specs)
+        original(self)
+    return execute
+
+
 @pytest.mark.parametrize("method, mutate, rule", [
     ("preflight", _preflight_without_pending_hits, "guarded preflight"),
     ("fits", _fits_without_watermark, "admission, preemption and finishing"),
     ("release", _release_keeping_holders, "block accounting"),
     ("schedule_waiting", _guard_never_recording, "futility guard"),
+    ("execute", _prompt_only_sampling_a_token, "tokens and snapshots"),
 ])
 def test_a_rule_changed_in_the_model_alone_is_caught_by_the_binding(monkeypatch, method, mutate, rule) -> None:
     monkeypatch.setattr(ref._Step, method, mutate(getattr(ref._Step, method)))

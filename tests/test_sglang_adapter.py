@@ -76,6 +76,24 @@ def test_a_workload_with_hits_retraction_aborts_and_a_stop_drains_with_every_pro
     assert {outputs[r].finish_reason for r in "arb"} == {"length"}
 
 
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_prompt_only_request_is_prefilled_and_finishes_with_no_token(mixed) -> None:
+    """max_new_tokens 0 (SGLang's prefill-only request): SGLang computes the
+    prompt and finishes it for length; the placeholder id it keeps in output_ids
+    is cut by its finished_len, so no token is reported. Alone in its batch the
+    worker answers placeholders; beside a generating request (mixed chunks) it
+    samples for every row, and that token is cut the same way."""
+    cfg = sglang_config(execution="mixed" if mixed else "refill", prefix_caching=True)
+    w = Workload(cfg, (RequestSpec("p", (2, 3, 4, 5, 6), 0), RequestSpec("g", (2, 3, 4, 5, 9), 2, arrival=1),
+                       RequestSpec("q", (7,), 0, arrival=1)))
+    run = run_workload(w, factory(), checks_for("property"))
+    assert run.violation is None and run.drained
+    out = run.observation.outputs
+    assert (out["p"].token_ids, out["p"].finish_reason, out["q"].token_ids) == ([], "length", [])
+    assert ("prefill", "p", (0, 5, 1)) in kinds(run) and ("finish", "q", ("length",)) in kinds(run)
+    assert len(out["g"].token_ids) == 2
+
+
 def test_runs_are_deterministic() -> None:
     cfg = sglang_config(num_blocks=8, prefix_caching=True, priority_preemption=True)
     w = Workload(cfg, tuple(RequestSpec(f"r{i}", tuple(range(1, 4 + i)), 5, arrival=i, priority=3 - i)

@@ -61,6 +61,19 @@ def test_a_fitting_workload_drains_with_every_property_held() -> None:
     assert run.observation.outputs["d"].finish_reason == "abort"
 
 
+def test_a_prompt_only_request_is_refused_by_vllms_validation_and_never_drawn() -> None:
+    """vLLM's SamplingParams refuses max_tokens 0 as a client error: the request
+    is `Refused` (left out; the rest drains), and the adapter declares the
+    feature, so campaigns do not draw it."""
+    cfg = vllm_config(num_blocks=10, block_size=2, max_num_seqs=2, max_num_batched_tokens=8,
+                      priority_preemption=False)
+    w = Workload(cfg, (RequestSpec("p", (2, 3, 4), 0), RequestSpec("a", (5, 6), 2)))
+    run = run_workload(w, factory(), checks_for("property"))
+    assert run.violation is None and run.drained
+    assert list(run.driver.refused) == ["p"] and "max_tokens must be at least 1" in run.driver.refused["p"]
+    assert factory()(cfg).capabilities.refuses == ("prompt_only",)
+
+
 @pytest.mark.parametrize("name,prop", [("queue_head_stall.json", "stall"),
                                        ("priority_inversion.json", "priority-inversion"),
                                        ("uncomputed_prefix_hit.json", "prefix-hits")])

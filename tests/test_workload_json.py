@@ -38,7 +38,7 @@ def test_round_trip(tmp_path) -> None:
     (doc(config={"num_blocks": 3, "num_loops": 4}), "config.num_blocks"),
     (doc(requests=[{"id": "a", "prompt": [], "max_tokens": 1}]), "requests[0].prompt"),
     (doc(requests=[{"id": "a", "prompt": [99], "max_tokens": 1}]), "requests[0].prompt[0]"),
-    (doc(requests=[{"id": "a", "prompt": [1], "max_tokens": 0}]), "requests[0].max_tokens"),
+    (doc(requests=[{"id": "a", "prompt": [1], "max_tokens": -1}]), "requests[0].max_tokens"),
     (doc(requests=[{"id": "a", "prompt": [1], "max_tokens": 1, "colour": 1}]),
      "requests[0].colour"),
     (doc(requests=[{"id": "a", "prompt": [1], "max_tokens": 1},

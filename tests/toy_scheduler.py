@@ -31,7 +31,7 @@ MISPLACED = {"arrive": ("running", ()), "reject": ("running", ("too long",)), "a
 BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priority", "batch-dependent-token",
         "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
         "unreported-stop", "short-alloc", "early-token", "stale-resume", "page-key",
-        "keep-on-preempt", "phantom-restore", "urgent-victim", "stale-key", "split-chunk",
+        "keep-on-preempt", "phantom-restore", "urgent-victim", "stale-key", "split-chunk", "prompt-only-early",
         *(f"misplaced-{kind}" for kind in MISPLACED))
 
 
@@ -171,7 +171,7 @@ class ToyScheduler:
         for spec in self.pending:
             r = self.reqs[spec.rid] = Req(spec)
             events.append(Event("arrive", spec.rid))
-            life = -(-(len(spec.prompt) + spec.max_tokens - 1) // cfg.block_size)
+            life = -(-(len(spec.prompt) + max(spec.max_tokens, 1) - 1) // cfg.block_size)
             if life > cfg.num_blocks and "no-reject" not in self.bugs:
                 events.append(Event("reject", spec.rid, ("too long",)))
                 self._finish(r, "rejected", events)
@@ -264,6 +264,11 @@ class ToyScheduler:
                 start += 1   # a continued prefill leaves out its first position
             if start < len(r.spec.prompt):
                 events.append(Event("prefill", r.spec.rid, (start, r.computed, 1)))
+            prompt_done = r.computed >= len(r.spec.prompt) or (   # the bug: a prompt-only request ends at once
+                "prompt-only-early" in self.bugs and r.computed > 0)
+            if r.spec.max_tokens == 0 and prompt_done:   # prompt-only: no token
+                self._finish(r, "length", events)
+                continue
             early = "early-token" in self.bugs and start < len(r.spec.prompt) and not r.tokens   # a token per chunk
             if r.computed >= len(r.spec.prompt) + len(r.tokens) or early:
                 salt = len(batch) if "batch-dependent-token" in self.bugs else 0

@@ -38,6 +38,8 @@ BUGS = {
     "urgent-victim": "growth preempts the most urgent other running request, not the least urgent",
     "keep-computed": "a preempted request keeps its computed positions, whose blocks it freed",
     "victim-in-batch": "a request preempted after it was put in the step's batch keeps its work there",
+    "prompt-only-token": "a request with max_tokens 0 samples a token when its prompt is done (the limit is "
+                         "checked only after a token is appended)",
 }
 
 
@@ -176,7 +178,7 @@ class HashScheduler:
         for spec in self.arrivals:
             s = self.seqs[spec.rid] = Seq(spec)
             events.append(Event("arrive", spec.rid))
-            if -(-(len(spec.prompt) + spec.max_tokens - 1) // bs) > self.cfg.num_blocks:
+            if -(-(len(spec.prompt) + max(spec.max_tokens, 1) - 1) // bs) > self.cfg.num_blocks:
                 events.append(Event("reject", spec.rid, ("longer than the pool",)))
                 self._finish(s, "rejected", events)
             else:
@@ -303,11 +305,13 @@ class HashScheduler:
             s = self.seqs[rid]
             start = s.computed
             s.computed += n
-            if start < s.length - 1 or n > 1:   # (a decode computes its one position and samples)
+            if start < s.length - 1 or n > 1 or not s.spec.max_tokens:   # (a decode computes its one position)
                 events.append(Event("prefill", rid, (start, s.computed, 1)))
             if s in self.running:
                 self._register(s, s.computed)
-            if s.computed >= s.length:
+            if s.computed >= s.length and s.spec.max_tokens == 0 and "prompt-only-token" not in self.bugs:
+                self._finish(s, "length", events)   # a prompt-only request: no token
+            elif s.computed >= s.length:
                 token = hash(s.context(s.length)) % 64
                 events.append(Event("token", rid, (len(s.tokens), token, 1)))
                 s.tokens.append(token)

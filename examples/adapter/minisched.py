@@ -23,6 +23,10 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     num_cached_tokens: int = 0    # leading tokens whose KV came from the prefix cache
 
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+
     @property
     def num_completion_tokens(self) -> int:
         return len(self.token_ids) - self.num_prompt_tokens

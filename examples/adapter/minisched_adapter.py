@@ -11,7 +11,9 @@ does not:
   id exactly when the token it samples is the request's stop token.
 - minisched must not be scheduled while idle: the adapter's step does nothing then.
 - minisched refuses, at `add`, a sequence that can never fit its pool
-  (ValueError): the adapter reports that as a rejection.
+  (ValueError): the adapter reports that as a rejection. Its `Sequence` refuses
+  max_tokens 0 (a request, not a scheduling decision): the adapter raises
+  `Refused` and declares the feature in `capabilities.refuses`, so it is not drawn.
 
 Run it: loopcheck fuzz --adapter examples/adapter/minisched_adapter.py:MiniSchedSUT
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event, RequestOutput
 from loopcheck.model.workload import RequestSpec
-from loopcheck.sut.protocol import Capabilities, Observation
+from loopcheck.sut.protocol import Capabilities, Observation, Refused
 
 
 def _import_minisched():
@@ -61,27 +63,30 @@ class MiniSchedSUT:
         self.scheduler = minisched.Scheduler(cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.num_blocks,
                                              cfg.block_size, self.eos)
         self.capabilities = Capabilities(kv=True, state_key=True, block_tables=True, pinned=PINNED,
-                                         code=("minisched",))
+                                         code=("minisched",), refuses=("prompt_only",))
         self.specs: dict[str, RequestSpec] = {}
         self.seqs: dict[str, minisched.Sequence] = {}
-        self.pending: list[RequestSpec] = []
+        self.pending: list[tuple[RequestSpec, minisched.Sequence]] = []
         self.aborting: list[str] = []
         self.tokens: dict[str, list[int]] = {}      # the tokens reported, per request
         self.finish: dict[str, str] = {}            # finished requests -> reason
         self.preempted: set[str] = set()            # preempted and not yet running again
 
     def add(self, spec: RequestSpec) -> None:
-        self.pending.append(spec)
+        try:
+            seq = minisched.Sequence(spec.rid, list(spec.prompt), len(spec.prompt), spec.max_tokens)
+        except ValueError as refused:
+            raise Refused(str(refused)) from None
+        self.pending.append((spec, seq))
 
     def abort(self, rid: str) -> None:
         self.aborting.append(rid)
 
     def step(self) -> list[Event]:
         events: list[Event] = []
-        for spec in self.pending:
+        for spec, seq in self.pending:
             self.specs[spec.rid], self.tokens[spec.rid] = spec, []
             events.append(Event("arrive", spec.rid))
-            seq = minisched.Sequence(spec.rid, list(spec.prompt), len(spec.prompt), spec.max_tokens)
             try:
                 self.scheduler.add(seq)
             except ValueError as refused:
