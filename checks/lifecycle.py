@@ -9,7 +9,6 @@ from loopcheck.checks.base import Check, Violation
 from loopcheck.checks.needs import lifetime_blocks
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event
-from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation
 from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, SUBMITTED, WAITING
 
@@ -86,8 +85,7 @@ class Work(Check):
     come in order: without WCPB a prefill reports num_loops; with it a
     chunk runs depths 1, 2, ... num_loops in turn, and neither another chunk nor
     a token of the request comes before it ran them all (an admission,
-    resumption, preemption or rewind drops the chunk). A request with max_tokens 0
-    finishes for length only once its whole prompt is computed at every depth."""
+    resumption, preemption or rewind drops the chunk)."""
 
     props = ("work",)
 
@@ -131,8 +129,6 @@ class Work(Check):
                 if e.rid in self.in_flight:
                     raise self._unfinished_chunk(e, loops)
             elif e.kind in ("admit", "resume", "preempt", "rewind", "finish"):
-                if e.kind == "finish" and e.args[0] == "length":
-                    self._prompt_computed(e, view.requests[e.rid].spec, reach)
                 self.in_flight.pop(e.rid, None)
                 kept = self.kept.pop(e.rid, 0)
                 if e.kind == "preempt" and e.args[1]:
@@ -140,15 +136,6 @@ class Work(Check):
                 elif e.kind == "resume" and e.args[1] > max(0, kept - e.args[0] * driver.cfg.block_size):
                     raise Violation("work", f"{e}: {e.rid} restores {e.args[1]} positions past its hit pages, but "
                                             f"its preemption kept {kept} in a snapshot")
-
-    def _prompt_computed(self, e: Event, spec: RequestSpec, reach: int | None) -> None:
-        """A prompt-only request (max_tokens 0) finishes for length only once its
-        whole prompt is computed at every depth."""
-        if spec.max_tokens == 0 and (reach is None or reach < len(spec.prompt) or e.rid in self.in_flight):
-            done = "none of it" if reach is None else f"positions up to {reach}" + (
-                ", its last chunk not at every depth" if e.rid in self.in_flight else "")
-            raise Violation("work", f"{e}: {e.rid} has max_tokens 0 and finished for length with {done} of its "
-                                    f"prompt of {len(spec.prompt)} computed")
 
     def _unfinished_chunk(self, e: Event, loops: int) -> Violation:
         """`e` came while its request's WCPB chunk had depths left to run."""
@@ -234,3 +221,30 @@ class PrefixHits(Check):
                 if hash(page) not in view.computed_pages:
                     raise Violation("prefix-hits", f"{e}: hit page {k} of {e.rid} holds tokens {list(page)} at "
                                                    f"positions 0..{len(page)}, which no request has computed")
+
+
+class PromptOnly(Check):
+    """A request with max_tokens 0 (prompt-only) finishes for length only once its
+    whole prompt is computed at every depth: since it last ran (admission,
+    resumption), a prefill has reached the prompt's end at depth num_loops (a hit
+    never covers the prompt's last position). (Kept apart from `Work`, whose
+    rules' lines name published signatures.)"""
+
+    props = ("work",)
+
+    def __init__(self) -> None:
+        self.computed: dict[str, bool] = {}   # prompt-only request -> its prompt computed at every depth
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        for e in events:
+            spec = driver.view.requests[e.rid].spec
+            if spec.max_tokens != 0:
+                continue
+            prompt = len(spec.prompt)
+            if e.kind in ("admit", "resume", "preempt", "rewind"):
+                self.computed[e.rid] = False
+            elif e.kind == "prefill":
+                self.computed[e.rid] = e.args[1] >= prompt and e.args[2] == driver.cfg.num_loops
+            elif e.kind == "finish" and e.args[0] == "length" and not self.computed.get(e.rid, False):
+                raise Violation("work", f"{e}: {e.rid} has max_tokens 0 and finished for length before its prompt "
+                                        f"({prompt} positions) was computed at every depth")

@@ -152,9 +152,10 @@ def request_bodies(draw: st.DrawFn, prefixes: tuple[tuple[int, ...], ...] = (), 
     prefix without its first tokens, or with one token changed, so that its later
     pages hold the same tokens after a different prefix), max_tokens, priority,
     stop token.
-    With `pool_positions` (the most positions one request can hold) given, shape
-    oversized on makes some prompts longer than the pool, and off keeps every
-    request within it."""
+    With `pool_positions` (the most positions one request can hold) given, some
+    prompts are long (past `max_prompt`, up to the pool: they span many pages and
+    chunks, where prefix-cache and preemption windows open), shape oversized on
+    makes some longer than the pool, and off keeps every request within it."""
     use_prefix = prefixes and shape.prefixes == ON and draw(st.booleans())
     head: tuple[int, ...] = draw(st.sampled_from(prefixes)) if use_prefix else ()
     twist = draw(st.integers(0, 5)) if use_prefix else 5
@@ -162,9 +163,14 @@ def request_bodies(draw: st.DrawFn, prefixes: tuple[tuple[int, ...], ...] = (), 
         j = draw(st.integers(1, len(head) - 1))
         head = head[j:] if twist == 0 else head[:j - 1] + ((head[j - 1] + 1) % VOCAB,) + head[j:]
     longest = max(max_prompt, len(head))
-    if shape.oversized == ON and pool_positions and draw(st.integers(0, 7)) == 0:
+    size = draw(st.integers(0, 7)) if pool_positions else 1   # 0: oversized, 7: long, else usual
+    if shape.oversized == ON and size == 0:
         longest = pool_positions + 3
         tail_len = st.integers(max(1, pool_positions + 1 - len(head)), longest)
+    elif size == 7 and pool_positions > longest:   # long: up to the whole pool, many pages and chunks
+        longest = pool_positions
+        tail_len = st.integers(max_prompt + 1 - len(head) if len(head) <= max_prompt else 0,
+                               pool_positions - len(head))
     else:
         tail_len = st.integers(0 if head else 1, max_prompt)
     n = draw(tail_len)

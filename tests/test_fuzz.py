@@ -52,12 +52,12 @@ def test_unguarded_campaign_finds_a_small_livelock_that_replays_on_the_engine(tm
     assert not run.drained and run.counters.preemptions > 100
 
 
-def find(patches, config_strategy, monkeypatch, max_examples=150) -> Violation:
+def find(patches, config_strategy, monkeypatch, max_examples=150, ignore=frozenset()) -> Violation:
     for target, name, value in patches:
         monkeypatch.setattr(target, name, value)
     with pytest.raises(Violation) as caught:
         run_machine(TorchSUT, config_strategy, max_examples=max_examples, shrink=False,
-                    out_dir=tempfile.mkdtemp(prefix="loopcheck-test-"))
+                    out_dir=tempfile.mkdtemp(prefix="loopcheck-test-"), ignore=ignore)
     return caught.value
 
 
@@ -117,8 +117,11 @@ def test_mutant_abort_not_releasing_blocks(monkeypatch) -> None:
             return
         original(self, seq, reason)
 
-    v = find([(Scheduler, "end", end)], st.just(CONTENDED), monkeypatch, max_examples=300)
-    assert v.prop == "kv-conservation"   # (blocks held that no request holds)
+    # (blocks held that no request holds; the model frees them, so later admissions differ
+    # too: that consequence is ignored, as a user would --ignore it)
+    v = find([(Scheduler, "end", end)], st.just(CONTENDED), monkeypatch, max_examples=300,
+             ignore=frozenset({"conformance"}))
+    assert v.prop == "kv-conservation"
 
 
 def test_mutant_watermark_ignored(monkeypatch) -> None:

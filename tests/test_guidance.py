@@ -129,14 +129,20 @@ def test_the_corpus_keeps_what_is_new_and_aims_at_what_is_rare() -> None:
     assert corpus.target() in (("edge", "rare"), ("edge", "common"))
 
 
-@pytest.mark.parametrize("bug, prop", [("stale-hash", "kv-tables"), ("hit-no-ref", "kv-tables")])
-def test_guidance_from_the_system_finds_prefix_cache_bugs_of_a_scheduler_it_did_not_write(bug, prop, tmp_path) -> None:
+@pytest.mark.parametrize("bug, prop, other", [("stale-hash", "kv-hit-blocks", "kv-tables"),
+                                              ("hit-no-ref", "kv-tables", "kv-hit-blocks")])
+def test_guidance_from_the_system_finds_prefix_cache_bugs_of_a_scheduler_it_did_not_write(bug, prop, other,
+                                                                                         tmp_path) -> None:
     """Bugs of the benchmark scheduler's prefix cache (an evicted block's hash
-    kept; a hit that takes no reference, so the block is reused under it),
-    found from scratch within a work bound by a campaign guided by the system
-    alone; the file replays clean on the scheduler without the bug."""
+    kept: a hit reads a block that now holds other tokens; a hit that takes no
+    reference, so the block is reused under it: two tables share it), found from
+    scratch within a work bound by a campaign guided by the system alone; each
+    breaks both block-table properties, and the one that is not its own is
+    ignored, as a user would --ignore it. The file replays clean on the
+    scheduler without the bug."""
     result = run_campaign("guarded", 600, 1, tmp_path, "random", factory=factory(bug),
-                          checks=CheckSet("property"), max_examples=3000, max_replays=50, guidance="system")
+                          checks=CheckSet("property", frozenset({other})), max_examples=3000, max_replays=50,
+                          guidance="system")
     assert result.violation is not None and result.violation.prop == prop
     clean = run_workload(load_workload(result.counterexample), factory(), CheckSet("property").build())
     assert clean.violation is None and clean.drained   # the same workload, the bug not planted
