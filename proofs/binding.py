@@ -18,6 +18,7 @@ The first disagreement is reported by rule; `loopcheck prove` then exits 1.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import z3
@@ -289,7 +290,7 @@ def admission_disagreement(w: Workload, state: SchedState, tally: dict[str, int]
         watermark = active and (r.status == WAITING or cfg.resume_watermark)   # the step encoding's rule
         P, bs = len(w.requests[i].prompt), cfg.block_size
         H = (P - 1) // bs
-        mine = [page_hash(w.requests[i].prompt[: (k + 1) * bs]) for k in range(H)]
+        mine = prompt_pages(w, i, H)
         hashes = mine + [h for h, _ in state.cache if h not in mine]
         kv = kv_of(state, hashes)
         running = tuple(z3.BoolVal(x.status == RUNNING) for x in state.reqs)
@@ -297,8 +298,7 @@ def admission_disagreement(w: Workload, state: SchedState, tally: dict[str, int]
             return f"encoding and model disagree at block accounting: {describe(w, state)}"
         for v in [None] + [j for j, x in enumerate(state.reqs) if x.status == RUNNING]:
             pend_from = frozenset(j for j, x in enumerate(state.reqs) if x.status == RUNNING and j != v)
-            pending = {sim.prompt_hash(j, k) for j in pend_from for k, p in enumerate(state.reqs[j].pages)
-                       if p is None and (k + 1) * bs <= len(w.requests[j].prompt)}
+            pending = unpublished_pages(w, state, pend_from)
             ctx = adm.Ctx(planes=z3.IntVal(cfg.planes), num_blocks=z3.IntVal(cfg.num_blocks),
                           slots=z3.IntVal(cfg.max_num_seqs), watermark=z3.IntVal(cfg.watermark_blocks),
                           active=z3.BoolVal(watermark), running=running, pages=z3.IntVal(plan.pages),
@@ -417,14 +417,25 @@ def pending_pages_wanted(w: Workload, steps: int = 30) -> bool:
     model/ still gets these workloads."""
     bs = w.config.block_size
     for state, _, _ in model_steps(w, steps):
-        sim = _Step(state, WorkloadEnv(w))
-        pending = {sim.prompt_hash(j, k) for j, x in enumerate(state.reqs) if x.status == RUNNING
-                   for k, page in enumerate(x.pages) if page is None and (k + 1) * bs <= len(w.requests[j].prompt)}
-        for i, r in enumerate(state.reqs):
-            wanted = {sim.prompt_hash(i, k) for k in range((len(w.requests[i].prompt) - 1) // bs)}
-            if r.status in (WAITING, PREEMPTED) and wanted & pending:
-                return True
+        pending = unpublished_pages(w, state, [j for j, x in enumerate(state.reqs) if x.status == RUNNING])
+        if any(r.status in (WAITING, PREEMPTED) and pending.intersection(
+                prompt_pages(w, i, (len(w.requests[i].prompt) - 1) // bs)) for i, r in enumerate(state.reqs)):
+            return True
     return False
+
+
+def prompt_pages(w: Workload, i: int, pages: int) -> list[int]:
+    """The prefix-cache keys of request i's first `pages` prompt pages."""
+    bs = w.config.block_size
+    return [page_hash(w.requests[i].prompt[: (k + 1) * bs]) for k in range(pages)]
+
+
+def unpublished_pages(w: Workload, state: SchedState, holders: Iterable[int]) -> set[int]:
+    """The keys of the full prompt pages that the requests `holders` hold
+    privately (computed or being computed, not yet published)."""
+    bs = w.config.block_size
+    return {page_hash(w.requests[j].prompt[: (k + 1) * bs]) for j in holders
+            for k, page in enumerate(state.reqs[j].pages) if page is None and (k + 1) * bs <= len(w.requests[j].prompt)}
 
 
 def mode_text(cfg: Config) -> str:

@@ -73,7 +73,7 @@ class VllmSUT:
 
         init_none_hash(sha256_cbor)
         self.hasher = get_request_block_hasher(bs, sha256_cbor)
-        self.pending: list[RequestSpec] = []
+        self.pending: list[tuple[RequestSpec, Any]] = []   # (request, its vLLM SamplingParams)
         self.aborts: list[str] = []
         self.outputs: dict[str, RequestOutput] = {}
         self.preempted: set[str] = set()
@@ -107,28 +107,22 @@ class VllmSUT:
         """Queue the request for the next step; `Refused` when vLLM's own
         SamplingParams validation refuses it as a client error (max_tokens 0)."""
         from vllm.exceptions import VLLMClientError
+        from vllm.sampling_params import SamplingParams
 
         try:
-            self._sampling_params(spec)
+            params = SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True,
+                                    stop_token_ids=[spec.stop_token] if spec.stop_token is not None else None)
         except VLLMClientError as exc:
             raise Refused(f"vLLM's SamplingParams refuses it: {exc}") from None
-        self.pending.append(spec)
+        self.pending.append((spec, params))
 
     def abort(self, rid: str) -> None:
         self.aborts.append(rid)
 
-    @staticmethod
-    def _sampling_params(spec: RequestSpec) -> Any:
-        from vllm.sampling_params import SamplingParams
-
-        return SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True,
-                              stop_token_ids=[spec.stop_token] if spec.stop_token is not None else None)
-
-    def _request(self, spec: RequestSpec) -> Any:
+    def _request(self, spec: RequestSpec, params: Any) -> Any:
         from vllm.v1.request import Request
 
-        return Request(request_id=spec.rid, prompt_token_ids=list(spec.prompt),
-                       sampling_params=self._sampling_params(spec),
+        return Request(request_id=spec.rid, prompt_token_ids=list(spec.prompt), sampling_params=params,
                        pooling_params=None, priority=spec.priority,
                        arrival_time=float(self.steps) + len(self.outputs) * 1e-6, block_hasher=self.hasher)
 
@@ -137,9 +131,9 @@ class VllmSUT:
         from vllm.v1.request import RequestStatus
 
         events: list[Event] = []
-        for spec in self.pending:
+        for spec, params in self.pending:
             self.outputs[spec.rid] = RequestOutput(spec.rid, [], [], None)
-            self.scheduler.add_request(self._request(spec))
+            self.scheduler.add_request(self._request(spec, params))
             events.append(Event("arrive", spec.rid))
         self.pending = []
         live = [rid for rid in self.aborts if self.outputs[rid].finish_reason is None]
