@@ -25,6 +25,9 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drain-requests", type=int, default=6,
                    help="requests in the unbounded drain proofs (1..8; a proof for N covers every workload "
                         "of at most N requests)")
+    p.add_argument("--full", action="store_true",
+                   help="prove drain with prefix caching at --drain-requests too (default: at most 4 requests "
+                        "there; its step is larger, so this takes longer)")
     p.add_argument("--config", help="workload file whose config the lasso search uses and whose modes get their "
                                     "own drain row (default: the regression config)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -35,6 +38,8 @@ def register(p: argparse.ArgumentParser) -> None:
 def argv_of(args: argparse.Namespace) -> list[str]:
     out = ["prove", "--requests", str(args.requests), "--steps", str(args.steps),
            "--drain-requests", str(args.drain_requests)]
+    if args.full:
+        out.append("--full")
     if args.config:
         out += ["--config", args.config]
     if args.out:
@@ -64,7 +69,7 @@ def prove(args: argparse.Namespace, quiet: bool = False) -> tuple[list[ProofResu
         if not quiet:
             print(f"  {label}", file=sys.stderr, flush=True)
 
-    pairs = run_all(base_config(args), args.requests, args.steps, args.drain_requests, progress)
+    pairs = run_all(base_config(args), args.requests, args.steps, args.drain_requests, progress, full=args.full)
     written = []
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ The first disagreement is reported by rule; `loopcheck prove` then exits 1.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 import z3
@@ -45,14 +45,15 @@ from loopcheck.proofs.bmc import (
     sym_step,
     sym_step_traced,
 )
-from loopcheck.proofs.drain import MODES, invariant
+from loopcheck.proofs.drain import DETERMINISTIC_MODES, MODES, invariant
 from loopcheck.proofs.kv import KVState, conservation
 from loopcheck.proofs.lasso import symbolic_workload
 
-RULE_OF_FIELD = {"status": "admission, preemption and finishing", "frontier": "prefill frontier and rewind",
+RULE_OF_FIELD = {"status": "admission, preemption and finishing", "frontier": "prefill frontier, hits and rewind",
                  "chunk_end": "prefill chunks and rewind", "chunk_depth": "WCPB depth",
-                 "generated": "tokens and snapshots", "bypasses": "bypass accounting", "free": "block accounting",
-                 "guard": "futility guard (must stay empty in this class)"}
+                 "generated": "tokens and snapshots", "bypasses": "bypass accounting",
+                 "private": "allocation, growth and publication", "shared": "prefix hits and publication",
+                 "guarded": "futility guard", "free": "block accounting", "cached": "prefix-cache holders"}
 STOP_TOKEN = 1
 SIZES = dict(num_blocks=16, block_size=2, max_num_seqs=3, max_num_batched_tokens=5, prefill_chunk_size=3,
              num_loops=3, min_loops=1, watermark_blocks=2, max_bypasses=1)
@@ -106,35 +107,73 @@ def concrete_sym(w: Workload, t: int) -> tuple[SymWorkload, StepInputs]:
                                 for r in rs))
 
 
-def sym_of(state: SchedState) -> SymState:
+def sym_of(state: SchedState, cfg: Config) -> SymState:
+    """A model state as encoding terms: the pool in blocks (private pages, held
+    cache pages, the free count with cache-only pages) and the guard's entries
+    per request."""
     ints = lambda xs: tuple(z3.IntVal(x) for x in xs)  # noqa: E731
-    r = state.reqs
+    r, planes = state.reqs, cfg.planes
+    guarded = [sum(1 for j, _ in state.guard if j == i) for i in range(len(r))]
+    cached = planes * sum(1 for _, holders in state.cache if holders > 0)
     return SymState(ints(STATUS_CODES[x.status] for x in r), ints(x.frontier for x in r),
                     ints(x.chunk_end for x in r), ints(x.chunk_depth for x in r),
-                    ints(x.generated for x in r), ints(x.bypasses for x in r), z3.IntVal(state.free))
+                    ints(x.generated for x in r), ints(x.bypasses for x in r),
+                    ints(planes * sum(p is None for p in x.pages) for x in r),
+                    ints(planes * sum(p is not None for p in x.pages) for x in r), ints(guarded),
+                    z3.IntVal(state.free_count(planes)), z3.IntVal(cached))
 
 
 def step_disagreement(w: Workload, state: SchedState) -> str | None:
-    """Where one model step from `state` and the encoding's step differ, or None."""
+    """Where one model step from `state` and the encoding's step differ, or None
+    (modes where the step is deterministic: evaluated)."""
     sw, ins = concrete_sym(w, state.step)
-    got = sym_step(sym_of(state), state.step, sw, SymConfig.of(w.config), ins)
+    got = sym_step(sym_of(state, w.config), state.step, sw, SymConfig.of(w.config), ins)
     nxt, _ = step(state, WorkloadEnv(w))
-    want = sym_of(nxt)
+    want = sym_of(nxt, w.config)
     for (name, a), (_, b) in zip(got.named(), want.named(), strict=True):
         enc, mod = z3.simplify(a).as_long(), z3.simplify(b).as_long()
         if enc != mod:
-            return (f"encoding and model disagree at {RULE_OF_FIELD[name.split('[')[0]]}: {name} is {mod} in "
+            return (f"encoding and model disagree at {rule_of(name)}: {name} is {mod} in "
                     f"model/ and {enc} in the encoding, step {state.step} of {describe(w, state)}")
-    if nxt.guard:
-        return f"encoding and model disagree at {RULE_OF_FIELD['guard']}: {sorted(nxt.guard)}, {describe(w, state)}"
     return None
+
+
+def transition_disagreement(w: Workload, state: SchedState, nxt: SchedState) -> str | None:
+    """Whether some choices within their facts make the encoding's step from
+    `state` give model/'s next state `nxt` (any modes; solved), or where not:
+    the first field no choice gives."""
+    sw, ins = concrete_sym(w, state.step)
+    got, trace = sym_step_traced(sym_of(state, w.config), state.step, sw, SymConfig.of(w.config), ins, "b_")
+    pairs = [(name, a, b) for (name, a), (_, b) in zip(got.named(), sym_of(nxt, w.config).named(), strict=True)]
+    solver = z3.Solver()
+    solver.set("timeout", 20_000)
+    solver.add(*trace.facts)
+    answer = solver.check(*[a == b for _, a, b in pairs])
+    if answer == z3.sat:
+        return None
+    if answer != z3.unsat:
+        return (f"encoding and model disagree at a step the solver could not decide ({solver.reason_unknown()}), "
+                f"step {state.step} of {describe(w, state)}")
+    for name, a, b in pairs:   # the first field, in state order, that no choice matching the earlier ones gives
+        solver.add(a == b)
+        if solver.check() == z3.unsat:
+            return (f"encoding and model disagree at {rule_of(name)}: {name} is {z3.simplify(b)} in model/ and "
+                    f"no choice gives it, step {state.step} of {describe(w, state)}")
+    raise AssertionError("unreachable: the fields together were unsat")
+
+
+def rule_of(field: str) -> str:
+    """The rule a state field (`name[i]` or a pool total) belongs to."""
+    return RULE_OF_FIELD[field.split("[")[0]]
 
 
 def describe(w: Workload, state: SchedState) -> str:
     reqs = "; ".join(f"{r.rid} prompt {len(r.prompt)} max {r.max_tokens} prio {r.priority} arr {r.arrival} "
                      f"{s.status} f={s.frontier} ce={s.chunk_end} cd={s.chunk_depth} g={s.generated} "
-                     f"byp={s.bypasses}" for r, s in zip(w.requests, state.reqs, strict=True))
-    return f"state [{reqs}], free {state.free}"
+                     f"byp={s.bypasses} pages={''.join('p' if p is None else 'c' for p in s.pages)}"
+                     for r, s in zip(w.requests, state.reqs, strict=True))
+    cache = f", cache holders {[h for _, h in state.cache]}, guard {sorted(state.guard)}" if state.cache else ""
+    return f"state [{reqs}], free {state.free}{cache}"
 
 
 def targets(s: SymState, s1: SymState, w: SymWorkload, c: SymConfig, ins: StepInputs,
@@ -226,15 +265,15 @@ def solved_states(cfg: Config, K: int) -> list[tuple[str, Workload, SchedState]]
     return out
 
 
-def binding_configs() -> list[Config]:
-    """Every mode combination under both policies, layouts alternating, and
-    resumptions kept out of the watermark or let into it in turn."""
+def binding_configs(modes: list[dict[str, object]] = DETERMINISTIC_MODES) -> list[Config]:
+    """Every mode combination in `modes` under both policies, layouts
+    alternating, and resumptions kept out of the watermark or let into it in
+    turn."""
     out = []
-    for k, modes in enumerate(MODES):
+    for k, m in enumerate(modes):
         for n, policy in enumerate(("guarded", "unguarded")):
-            out.append(Config(**SIZES, **modes, priority_preemption=True, preemption_policy=policy,
-                              kv_layout="shared" if k % 2 else "last_exited", allocation="upfront",
-                              prefix_caching=False, resume_watermark=(k + n) % 2 == 0))
+            out.append(Config(**SIZES, **m, priority_preemption=True, preemption_policy=policy,
+                              kv_layout="shared" if k % 2 else "last_exited", resume_watermark=(k + n) % 2 == 0))
     return out
 
 
@@ -321,33 +360,110 @@ def admission_disagreement(w: Workload, state: SchedState, tally: dict[str, int]
 
 def admission_run_disagreement(w: Workload, tally: dict[str, int], steps: int = 30) -> str | None:
     for state, events, nxt in model_steps(w, steps):
-        found = admission_disagreement(w, state, tally) or guard_disagreement(w, state, nxt, events, tally)
+        found = admission_disagreement(w, state, tally) or general_step_disagreement(w, state, events, nxt, tally)
         if found:
             return found
     return None
 
 
-def guard_disagreement(w: Workload, state: SchedState, nxt: SchedState, events: list[Event],
-                       tally: dict[str, int]) -> str | None:
-    """The futility encoding's rules on one model step (guarded policy): a
-    preemption whose requester is not admitted records the requester in the
-    guard; an admission clears it."""
-    if w.config.preemption_policy != "guarded":
-        return None
+Window = Callable[[Workload, SchedState, list[Event], SchedState], int]
+
+
+def futile_preemptions(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
+    """Requesters of a priority preemption not admitted in the same step."""
+    admitted = {e.rid for e in events if e.kind in ("admit", "resume")}
     index = {r.rid: i for i, r in enumerate(w.requests)}
-    admitted = {index[e.rid] for e in events if e.kind in ("admit", "resume")}
-    futile = {index[str(e.args[0])] for e in events if e.kind == "preempt"} - admitted
-    guarded = {i for i, _ in nxt.guard}
-    tally["futile preemptions"] += len(futile)
-    if futile - guarded:
-        i = min(futile - guarded)
-        return (f"encoding and model disagree at futility guard: {w.requests[i].rid} preempted futilely and was "
-                f"not recorded, {describe(w, state)}")
-    if admitted & guarded:
-        i = min(admitted & guarded)
-        return (f"encoding and model disagree at futility guard: {w.requests[i].rid} was admitted and is still "
-                f"recorded, {describe(w, state)}")
-    return None
+    return len({str(e.args[0]) for e in events if e.kind == "preempt"
+                and state.reqs[index[str(e.args[0])]].status != RUNNING} - admitted)
+
+
+def growth_preemptions(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
+    """Preemptions a growing request made of another."""
+    index = {r.rid: i for i, r in enumerate(w.requests)}
+    return sum(e.kind == "preempt" and e.args[0] != e.rid and state.reqs[index[str(e.args[0])]].status == RUNNING
+               for e in events)
+
+
+def self_preemptions(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
+    """Growing requests that preempted themselves."""
+    return sum(e.kind == "preempt" and e.args[0] == e.rid for e in events)
+
+
+def hits(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
+    """Admissions and resumptions with prefix hits."""
+    return sum(e.kind in ("admit", "resume") and int(e.args[0]) > 0 for e in events)
+
+
+def cache_only_hits(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
+    """Admissions and resumptions hitting a page no request held."""
+    index = {r.rid: i for i, r in enumerate(w.requests)}
+    cache = dict(state.cache)
+    return sum(e.kind in ("admit", "resume") and any(cache.get(h) == 0 for h in prompt_pages(
+        w, index[e.rid], int(e.args[0]))) for e in events)
+
+
+def wanted_evictions(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
+    """Cache-only pages evicted that a request still waiting would hit."""
+    evicted = {h for h, holders in state.cache if holders == 0} - {h for h, _ in nxt.cache}
+    bs = w.config.block_size
+    wanted = {h for i, r in enumerate(nxt.reqs) if r.status in (WAITING, PREEMPTED)
+              for h in prompt_pages(w, i, (len(w.requests[i].prompt) - 1) // bs)}
+    return len(evicted & wanted)
+
+
+def in_flight_publications(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
+    """Pages published by a request whose WCPB chunk is still in flight."""
+    index = {r.rid: i for i, r in enumerate(w.requests)}
+    return sum(e.kind == "publish" and nxt.reqs[index[e.rid]].chunk_end > nxt.reqs[index[e.rid]].frontier
+               for e in events)
+
+
+def guard_clearings(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
+    """Admissions and resumptions of a request the futility guard held entries for."""
+    guarded = {w.requests[i].rid for i, _ in state.guard}
+    return sum(e.kind in ("admit", "resume") and e.rid in guarded for e in events)
+
+
+def guard_decisions(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
+    """1 when the step would have done otherwise with the futility guard empty."""
+    return int(bool(state.guard) and step(replace(state, guard=frozenset()), WorkloadEnv(w))[1] != events)
+
+
+WINDOWS: dict[str, Window] = {
+    "futile preemptions": futile_preemptions, "hits": hits, "hits on cache-only pages": cache_only_hits,
+    "evictions of a page a waiting request would hit": wanted_evictions,
+    "publications with a chunk in flight": in_flight_publications, "guard entries cleared": guard_clearings,
+    "steps the guard decided": guard_decisions, "growth preemptions": growth_preemptions,
+    "self-preemptions": self_preemptions}
+
+
+def general_step_disagreement(w: Workload, state: SchedState, events: list[Event], nxt: SchedState,
+                              tally: dict[str, int]) -> str | None:
+    """The step encoding with its choices (`transition_disagreement`) on one
+    model step; counts the rare rules the step took (`WINDOWS`) in `tally`."""
+    tally["states with choices"] += 1
+    for name, count in WINDOWS.items():
+        tally[name] += count(w, state, events, nxt)
+    return transition_disagreement(w, state, nxt)
+
+
+def general_workloads(rng: random.Random, plain: int, aimed: int, tries: int = 2000) -> list[Workload]:
+    """`plain` random workloads with shared prompt prefixes under the modes whose
+    step leaves choices open (incremental allocation, prefix caching), then
+    `aimed` more whose run opens each of the rarest windows: a growing request
+    preempting itself, a publication while a WCPB chunk is in flight."""
+    configs = binding_configs([m for m in MODES if m not in DETERMINISTIC_MODES])
+    out = [random_workload(rng, configs[n % len(configs)], 4, prefixes=True) for n in range(plain)]
+    for window in (self_preemptions, in_flight_publications):
+        found = 0
+        for n in range(tries):
+            if found == aimed:
+                break
+            w = random_workload(rng, configs[n % len(configs)], 4, prefixes=True)
+            if opens(window, w):
+                out.append(w)
+                found += 1
+    return out
 
 
 def bind(K: int = 4, runs: int = 16, seed: int = 0) -> Binding:
@@ -366,13 +482,33 @@ def bind(K: int = 4, runs: int = 16, seed: int = 0) -> Binding:
         found = run_disagreement(w, compared)
         if found:
             return Binding(compared, f"{found} ({mode_text(w.config)})")
-    tally = {"admission": 0, "guarded preflight": 0, "preflight rejections": 0, "prefix hits in preflight": 0,
-             "preflights decided by pending pages": 0, "futile preemptions": 0}
+    tally = dict.fromkeys(TALLY, 0)
+    found = choice_runs_disagreement(rng, configs, runs, tally)
+    return Binding({**compared, **tally}, found)
+
+
+TALLY = ("admission", "guarded preflight", "preflight rejections", "prefix hits in preflight",
+         "preflights decided by pending pages", "futile preemptions", "states with choices", "hits",
+         "hits on cache-only pages", "evictions of a page a waiting request would hit",
+         "publications with a chunk in flight", "guard entries cleared", "steps the guard decided",
+         "growth preemptions", "self-preemptions")
+
+
+def choice_runs_disagreement(rng: random.Random, configs: list[Config], runs: int,
+                             tally: dict[str, int]) -> str | None:
+    """The admission and preflight encodings, and the step encoding with its
+    choices, on runs with prefix caching (`prefix_workloads`) and on runs under
+    every mode with choices (`general_workloads`); the first disagreement."""
     for w in prefix_workloads(rng, configs, runs, aimed=runs // 2):
         found = admission_run_disagreement(w, tally)
         if found:
-            return Binding({**compared, **tally}, found)
-    return Binding({**compared, **tally})
+            return found
+    for w in general_workloads(rng, 2 * runs, aimed=runs // 2):
+        for state, events, nxt in model_steps(w, 30):
+            found = general_step_disagreement(w, state, events, nxt, tally)
+            if found:
+                return f"{found} ({mode_text(w.config)})"
+    return None
 
 
 def prefix_workloads(rng: random.Random, configs: list[Config], plain: int, aimed: int,
@@ -388,40 +524,33 @@ def prefix_workloads(rng: random.Random, configs: list[Config], plain: int, aime
         return random_workload(rng, cfg, 4, prefixes=True)
 
     out = [draw(n) for n in range(plain)]
-    for window in (futile_preemption, pending_pages_wanted):
+    for window in (futile_preemptions, pending_pages_wanted):
         found = 0
         for n in range(tries):
             if found == aimed:
                 break
             w = draw(2 * n)     # even indices: the guarded policy
-            if window(w):
+            if opens(window, w):
                 out.append(w)
                 found += 1
     return out
 
 
-def futile_preemption(w: Workload, steps: int = 30) -> bool:
-    """Does the model's run of w make a preemption whose requester is not admitted?"""
-    for _, events, _ in model_steps(w, steps):
-        admitted = {e.rid for e in events if e.kind in ("admit", "resume")}
-        if any(e.kind == "preempt" and e.args[0] not in admitted for e in events):
-            return True
-    return False
+def opens(window: Window, w: Workload, steps: int = 30) -> bool:
+    """Does the model's run of w take a step that `window` counts?"""
+    return any(window(w, *taken) for taken in model_steps(w, steps))
 
 
-def pending_pages_wanted(w: Workload, steps: int = 30) -> bool:
-    """Does the model's run of w reach a state where a waiting or preempted
-    request would hit a prompt page that a running request holds and has not yet
-    published (the pages the guarded preflight counts as pending hits)? Read from
-    the state alone, not from the preflight, so that a preflight changed in
-    model/ still gets these workloads."""
+def pending_pages_wanted(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
+    """1 when a waiting or preempted request would hit a prompt page that a
+    running request holds and has not yet published (the pages the guarded
+    preflight counts as pending hits). Read from the state alone, not from the
+    preflight, so that a preflight changed in model/ still gets these
+    workloads."""
     bs = w.config.block_size
-    for state, _, _ in model_steps(w, steps):
-        pending = unpublished_pages(w, state, [j for j, x in enumerate(state.reqs) if x.status == RUNNING])
-        if any(r.status in (WAITING, PREEMPTED) and pending.intersection(
-                prompt_pages(w, i, (len(w.requests[i].prompt) - 1) // bs)) for i, r in enumerate(state.reqs)):
-            return True
-    return False
+    pending = unpublished_pages(w, state, [j for j, x in enumerate(state.reqs) if x.status == RUNNING])
+    return int(any(r.status in (WAITING, PREEMPTED) and pending.intersection(
+        prompt_pages(w, i, (len(w.requests[i].prompt) - 1) // bs)) for i, r in enumerate(state.reqs)))
 
 
 def prompt_pages(w: Workload, i: int, pages: int) -> list[int]:

@@ -1,20 +1,31 @@
-"""Drain with no step bound, over the whole symbolic step (proofs/bmc.py).
+"""Drain with no step bound, over the whole symbolic step (proofs/bmc.py), for
+every config switch: allocation, prefix caching, execution, WCPB, snapshots
+and policy (resume_watermark is an unknown).
 
 An inductive invariant (it holds initially and one step keeps it) and a
-lexicographic ranking function (W, V, D) that strictly decreases on every step
-from the last arrival on while a request is unfinished:
+lexicographic ranking function that strictly decreases on every step from the
+last arrival on while a request is unfinished. The rank lists, request by
+request in priority order (most urgent first), four numbers:
 
-  W = sum of 2 ** (K - 1 - i) over requests i not running and not finished
-      (index order is priority order, so admitting i and preempting a less urgent
-      j > i lowers W);
-  V = prompt tokens not yet past every depth plus tokens not yet generated,
-      over unfinished requests;
-  D = depths not yet done of in-flight chunks, over unfinished requests.
+  a = 2 pending, 1 waiting or preempted, 0 running or finished;
+  G = free counts the futility guard may still record for it (num_blocks + 1
+      less its entries; 0 once finished);
+  V = prompt tokens not yet past every depth plus tokens not yet generated
+      (0 once finished);
+  D = depths not yet done of its in-flight chunk (0 once finished).
 
-All three are non-negative under the invariant, so every workload drains. The
-sizes of the config, prompt lengths, max_tokens, priorities, arrivals and block
-needs are unknowns; stop tokens and aborts are arbitrary per-step inputs. Under
-the unguarded policy the rank claim fails; proofs/lasso.py then finds the lasso.
+Why it falls: in every step the most urgent request whose numbers change has
+them fall (it arrives, is admitted, preempts futilely and the guard records
+it, progresses in the batch, or finishes), and some request changes. A request
+is preempted only for a more urgent one that is admitted, records a futile
+preemption, or grows and runs; a running request preempts itself only when a
+more urgent request holds the pool. All numbers are non-negative under the
+invariant, so every workload drains. The sizes of the config, prompt lengths,
+max_tokens, priorities, arrivals and block needs are unknowns; stop tokens and
+aborts are arbitrary per-step inputs; the step's choices (prefix hits,
+releases, publication, growth, the guarded preflight under pending pages) are
+arbitrary within their facts. Under the unguarded policy the rank claim
+fails; proofs/lasso.py then finds the lasso.
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ from loopcheck.proofs.bmc import (
     SymConfig,
     SymState,
     SymWorkload,
-    held_blocks,
+    deterministic,
     initial,
     sym_step_traced,
 )
@@ -50,19 +61,21 @@ def symbolic_workload(K: int, prefix: str = "") -> SymWorkload:
 
 def invariant(s: SymState, w: SymWorkload, c: SymConfig) -> z3.BoolRef:
     """What every reachable state satisfies (the drain proof's inductive invariant)."""
-    return z3.And(*local_facts(s, w, c), accounting(s, w, c))
+    return z3.And(*local_facts(s, w, c), accounting(s, c))
 
 
-def accounting(s: SymState, w: SymWorkload, c: SymConfig) -> z3.BoolRef:
-    """Free blocks are the pool less what running requests hold."""
-    return s.free == c.num_blocks - held_blocks(s.status, w.need)
+def accounting(s: SymState, c: SymConfig) -> z3.BoolRef:
+    """The free count is the pool less the private blocks and the held cache
+    blocks."""
+    return s.free == c.num_blocks - z3.Sum(list(s.private)) - s.cached
 
 
 def local_facts(s: SymState, w: SymWorkload, c: SymConfig) -> list[z3.BoolRef]:
-    """The invariant's conjuncts other than the block accounting."""
+    """The invariant's conjuncts other than the pool accounting."""
     facts = []
     for i in range(w.K):
         st, f, ce, cd, g = s.status[i], s.frontier[i], s.chunk_end[i], s.chunk_depth[i], s.generated[i]
+        pv, sh, gd = s.private[i], s.shared[i], s.guarded[i]
         facts += [st >= PENDING, st <= FINISHED,
                   f >= 0, f <= ce, ce <= w.prompt[i],
                   ce - f <= c.prefill_chunk_size, ce - f <= c.max_num_batched_tokens,
@@ -74,20 +87,28 @@ def local_facts(s: SymState, w: SymWorkload, c: SymConfig) -> list[z3.BoolRef]:
                                                             z3.And(w.max_tokens[i] == 0, f < w.prompt[i]))),
                   z3.Implies(f < w.prompt[i], g == 0),
                   s.bypasses[i] >= 0,
-                  z3.Implies(z3.And(st != PENDING, st != FINISHED), w.need[i] <= c.num_blocks)]
-    facts += [z3.Sum([z3.If(x == RUNNING, 1, 0) for x in s.status]) <= c.max_num_seqs, s.free >= 0]
+                  z3.Implies(z3.And(st != PENDING, st != FINISHED), w.need[i] <= c.num_blocks),
+                  pv >= 0, sh >= 0, z3.Implies(st != RUNNING, z3.And(pv == 0, sh == 0)),
+                  z3.Implies(st == RUNNING, pv + sh == w.need[i] if c.upfront else pv + sh <= w.need[i]),
+                  s.cached >= sh,
+                  gd >= 0, gd <= c.num_blocks + 1, z3.Implies(st == RUNNING, gd == 0)]
+        if not c.prefix_caching:
+            facts += [sh == 0, gd == 0]
+    facts += [z3.Sum([z3.If(x == RUNNING, 1, 0) for x in s.status]) <= c.max_num_seqs, s.free >= 0,
+              s.cached <= z3.Sum(list(s.shared))]
     return facts
 
 
-def rank(s: SymState, w: SymWorkload, c: SymConfig) -> tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]:
-    K = w.K
-    waits = [z3.Or(x == PENDING, x == WAITING, x == PREEMPTED) for x in s.status]
-    live = [x != FINISHED for x in s.status]
-    W = z3.Sum([z3.If(waits[i], 2 ** (K - 1 - i), 0) for i in range(K)])
-    V = z3.Sum([z3.If(live[i], w.prompt[i] - s.frontier[i] + w.max_tokens[i] - s.generated[i], 0)
-                for i in range(K)])
-    D = z3.Sum([z3.If(live[i], c.num_loops - 1 - s.chunk_depth[i], 0) for i in range(K)])
-    return W, V, D
+def rank(s: SymState, w: SymWorkload, c: SymConfig) -> tuple[z3.ArithRef, ...]:
+    """(a, G, V, D) per request, most urgent first (see the module docstring)."""
+    out: list[z3.ArithRef] = []
+    for i in range(w.K):
+        st, done = s.status[i], s.status[i] == FINISHED
+        out += [z3.If(st == PENDING, 2, z3.If(z3.Or(st == WAITING, st == PREEMPTED), 1, 0)),
+                z3.If(done, 0, c.num_blocks + 1 - s.guarded[i]),
+                z3.If(done, 0, w.prompt[i] - s.frontier[i] + w.max_tokens[i] - s.generated[i]),
+                z3.If(done, 0, c.num_loops - 1 - s.chunk_depth[i])]
+    return tuple(out)
 
 
 def lex_less(a: tuple[z3.ArithRef, ...], b: tuple[z3.ArithRef, ...]) -> z3.BoolRef:
@@ -104,8 +125,8 @@ def drain_query(K: int, modes: dict[str, object]) -> tuple[list[z3.BoolRef], Sym
     w = symbolic_workload(K)
     s = SymState.unknown("s_", K)
     t = z3.Int("t")
-    s1, _ = sym_step_traced(s, t, w, c, StepInputs.unknown("in_", K))
-    return facts + w.facts() + [t >= 0, invariant(s, w, c)], s, s1, w, c, t
+    s1, trace = sym_step_traced(s, t, w, c, StepInputs.unknown("in_", K))
+    return facts + w.facts() + [t >= 0, invariant(s, w, c), *trace.facts], s, s1, w, c, t
 
 
 def expected_status(policy: str, K: int) -> str:
@@ -137,40 +158,30 @@ def drain(K: int, modes: dict[str, object], timeout_ms: int = 120_000) -> ProofR
                 and label == "rank" else result.detail
             result.detail = f"{label}: {result.status} {why}".strip()
             return result
-    result.detail = (f"invariant inductive (consecution + {len(steps) - 3} accounting lemmas); rank (W, V, D) "
-                     f"decreases every step after the last arrival")
+    result.detail = (f"invariant inductive (consecution + {len(steps) - 3} accounting lemmas); rank "
+                     f"(a, G, V, D) per request, lexicographic, decreases every step after the last arrival")
     return result
 
 
 def accounting_lemmas(K: int, modes: dict[str, object]) -> list[tuple[str, list[z3.BoolRef], z3.BoolRef]]:
-    """The block accounting is kept by the step, phase by phase (bmc.Pass), on
-    records of unknowns: each phase of each request keeps `free == num_blocks -
-    held` and that batch members are running (for the phases still to come).
-    The step composes exactly these phases, starting from an empty batch, so
-    the accounting of the state after a step follows from the lemmas."""
+    """The pool accounting is kept by the step, phase by phase (bmc.Pass), on
+    records of unknowns: each phase of each request keeps `accounting` and that
+    requests not running hold no private blocks, whatever its choices (within
+    their facts). The step composes exactly these phases, so the accounting of
+    the state after a step follows from the lemmas."""
     c, facts = SymConfig.unknown(modes)
     w = symbolic_workload(K, "acct_")
     facts = facts + w.facts()
     lemmas = []
 
     def kept(p: Pass) -> z3.BoolRef:
-        return p.free == c.num_blocks - p.held()
-
-    def members_run(p: Pass, first: int) -> z3.BoolRef:
-        return z3.And([z3.Implies(p.in_batch[k], p.st[k] == RUNNING) for k in range(first, K)] + [True])
-
-    def not_batched(p: Pass, first: int) -> z3.BoolRef:
-        return z3.And([z3.Not(p.in_batch[k]) for k in range(first, K)] + [True])
+        return z3.And(p.free == c.num_blocks - z3.Sum(list(p.pv)) - p.cached,
+                      *[z3.Implies(p.st[k] != RUNNING, p.pv[k] == 0) for k in range(K)])
 
     for i in range(K):
         for phase in ("arrive", "abort", "schedule", "execute"):
             p = Pass.unknown(f"{phase}{i}_", w, c)
-            if phase == "schedule":
-                pre = [kept(p), members_run(p, 0), not_batched(p, i)]
-            elif phase == "execute":
-                pre = [kept(p), members_run(p, i)]
-            else:
-                pre = [kept(p)]
+            pre = kept(p)
             if phase == "arrive":
                 p.arrive(i, z3.Int("t"))
             elif phase == "abort":
@@ -179,18 +190,19 @@ def accounting_lemmas(K: int, modes: dict[str, object]) -> list[tuple[str, list[
                 p.schedule(i)
             else:
                 p.execute(i, z3.Bool(f"stop{i}"))
-            post = [kept(p)]
-            if phase == "schedule":
-                post += [members_run(p, 0), not_batched(p, i + 1)]
-            elif phase == "execute":
-                post.append(members_run(p, i + 1))
-            lemmas.append((f"accounting, {phase} {i}", facts + pre, z3.And(post)))
+            lemmas.append((f"accounting, {phase} {i}", facts + [pre, *p.facts], kept(p)))
     return lemmas
 
 
 def mode_label(modes: dict[str, object]) -> str:
-    return (f"{modes['execution']}, wcpb={'on' if modes['wcpb'] else 'off'}, "
+    return (f"{modes['allocation']}, prefix caching={'on' if modes['prefix_caching'] else 'off'}, "
+            f"{modes['execution']}, wcpb={'on' if modes['wcpb'] else 'off'}, "
             f"snapshots={'on' if modes['snapshots'] else 'off'}")
+
+
+def mode_axes(modes: list[dict[str, object]]) -> str:
+    """The mode switches that vary across `modes`, as 'a x b x c'."""
+    return " x ".join(k for k in modes[0] if len({str(m[k]) for m in modes}) > 1)
 
 
 def preemption_pairs(K: int, modes: dict[str, object], timeout_ms: int = 120_000) -> ProofResult:
@@ -212,19 +224,21 @@ def preemption_pairs(K: int, modes: dict[str, object], timeout_ms: int = 120_000
     return result
 
 
-MODES = [dict(execution=e, wcpb=wcpb, snapshots=snap)
+MODES = [dict(allocation=a, prefix_caching=pc, execution=e, wcpb=wcpb, snapshots=snap)
+         for a in ("upfront", "incremental") for pc in (False, True)
          for e in ("mixed", "refill") for wcpb in (True, False) for snap in (True, False)]
+DETERMINISTIC_MODES = [m for m in MODES if deterministic(m) is None]   # preemption-pairs holds there
 
 
 def across_modes(name: str, policy: str, obligation: Callable[[int, dict[str, object]], ProofResult],
-                 K: int) -> ProofResult:
-    """One obligation for every combination of execution, WCPB and snapshots
-    under `policy` ("guarded", "unguarded" or "no preemption"); as expected
-    only if every combination is."""
+                 K: int, modes: list[dict[str, object]]) -> ProofResult:
+    """One obligation for every combination in `modes` under `policy`
+    ("guarded", "unguarded" or "no preemption"); as expected only if every
+    combination is."""
     preempt = policy != "no preemption"
     start = time.perf_counter()
     results = [obligation(K, {**m, "priority_preemption": preempt,
-                              "preemption_policy": policy if preempt else "guarded"}) for m in MODES]
+                              "preemption_policy": policy if preempt else "guarded"}) for m in modes]
     seconds = time.perf_counter() - start
     expected = results[0].expected
     off = [r for r in results if r.status != expected]
@@ -233,6 +247,6 @@ def across_modes(name: str, policy: str, obligation: Callable[[int, dict[str, ob
         return ProofResult(name, policy, first.status, seconds, expected,
                            detail=f"{first.name}: {first.detail} ({len(off)} of {len(results)} modes)",
                            counterexample=first.counterexample)
-    detail = f"K={K}, all {len(results)} modes (execution x wcpb x snapshots)"
+    detail = f"K={K}, all {len(results)} modes ({mode_axes(modes)})"
     return ProofResult(name, policy, expected, seconds, expected,
                        detail=f"{detail}; {results[0].detail}" if results[0].detail else detail)

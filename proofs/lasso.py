@@ -1,4 +1,4 @@
-"""Livelock search: unroll `sym_step` k times and ask for a lasso, a state that
+"""Livelock search: unroll `sym_step_traced` k times and ask for a lasso, a state that
 repeats after every request has arrived while some request is unfinished. A
 found lasso becomes a `loopcheck/workload@1` counterexample file. Finding none
 is a bounded result (no lasso within k steps), never a proof: proofs/drain.py
@@ -16,7 +16,7 @@ from loopcheck.model.reference import step
 from loopcheck.model.simulate import WorkloadEnv
 from loopcheck.model.state import initial_state
 from loopcheck.model.workload import RequestSpec, Workload
-from loopcheck.proofs.bmc import FINISHED, SymConfig, SymWorkload, initial, needs_of, supported, sym_step
+from loopcheck.proofs.bmc import FINISHED, SymConfig, SymWorkload, initial, needs_of, sym_step_traced
 from loopcheck.proofs.result import BOUNDED, COUNTEREXAMPLE, UNKNOWN, ProofResult, solve
 from loopcheck.sut.simulate import simulate_model
 
@@ -36,26 +36,28 @@ def symbolic_workload(K: int, cfg: Config) -> tuple[SymWorkload, list[z3.BoolRef
     return w, facts
 
 
-def lasso_search(base: Config, policy: str, K: int, k: int,
+def lasso_search(base: Config, policy: str, K: int, k: int, name: str | None = None,
                  timeout_ms: int = 120_000) -> tuple[ProofResult, Workload | None]:
     """Search lassos of length <= k within k steps, K requests, the base config
-    with `policy` and a free watermark. Unguarded is expected to have one;
-    guarded is expected to have none within the bound (`bounded`, not proved).
-    Vacuity guard: some state after the last arrival with an unfinished request
-    must lie within the k steps, or the result is unknown."""
-    cfg = Config(**{**base.to_json(), "preemption_policy": policy})
-    name = "livelock-search" if policy == "unguarded" else f"no-lasso@{k}"
+    with `policy`, prefix caching off (the lasso's prompts share nothing; it is
+    then replayed with prefix caching on too) and a free watermark. Unguarded
+    is expected to have one; guarded is expected to have none within the bound
+    (`bounded`, not proved). Vacuity guard: some state after the last arrival
+    with an unfinished request must lie within the k steps, or the result is
+    unknown. Under incremental allocation the step's growth is a choice that
+    its page facts pin; a lasso counts only once it repeats on model/."""
+    cfg = Config(**{**base.to_json(), "preemption_policy": policy, "prefix_caching": False})
+    name = name or ("livelock-search" if policy == "unguarded" else f"no-lasso@{k}")
     expected = COUNTEREXAMPLE if policy == "unguarded" else BOUNDED
-    why = supported(cfg)
-    if why:
-        return ProofResult(name, policy, UNKNOWN, 0.0, expected, detail=f"outside the BMC class: {why}"), None
     watermark = z3.Int("watermark")
     sc = SymConfig.of(cfg, watermark)
     w, facts = symbolic_workload(K, cfg)
-    facts += [watermark >= 0, watermark <= cfg.num_blocks // 2]
+    facts += [watermark >= 0, watermark < cfg.num_blocks]
     states = [initial(K, sc)]
     for t in range(k):
-        states.append(sym_step(states[-1], t, w, sc))
+        after, trace = sym_step_traced(states[-1], t, w, sc, prefix=f"step{t}_")
+        states.append(after)
+        facts += trace.facts
     lassos, open_states = [], []
     for t0 in range(k):
         arrived = z3.And([a <= t0 for a in w.arrival])
@@ -87,8 +89,10 @@ def lasso_search(base: Config, policy: str, K: int, k: int,
     workload.extra.update({"property": "livelock", "source": f"loopcheck prove --requests {K} --steps {k}",
                            "cycle": cycle,
                            "trace": [[e.to_json() for e in evs] for evs in replay.trace]})
-    detail = (f"lasso: {len(workload.requests)} requests, watermark {workload.config.watermark_blocks}, "
-              f"cycle from step {cycle['start']} of length {cycle['length']}")
+    cached = find_cycle(workload.with_config(prefix_caching=True), k) is not None
+    detail = (f"lasso: {len(workload.requests)} requests, {cfg.allocation} allocation, watermark "
+              f"{workload.config.watermark_blocks}, cycle from step {cycle['start']} of length {cycle['length']} "
+              f"(repeats on model/{', also with prefix caching on' if cached else ''})")
     return ProofResult(name, policy, COUNTEREXAMPLE, seconds, expected, detail=detail,
                        counterexample=workload.to_json()), workload
 

@@ -10,12 +10,13 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
 
 from loopcheck.model.config import Config
 from loopcheck.model.workload import Workload
 from loopcheck.proofs.binding import bind
-from loopcheck.proofs.bmc import modes_of, supported
-from loopcheck.proofs.drain import across_modes, drain, expected_status, preemption_pairs
+from loopcheck.proofs.bmc import modes_of
+from loopcheck.proofs.drain import DETERMINISTIC_MODES, MODES, across_modes, drain, preemption_pairs
 from loopcheck.proofs.lasso import lasso_search
 from loopcheck.proofs.obligations_kv import admission_atomic, futility, kv_conservation, preflight_soundness
 from loopcheck.proofs.result import AGREES, DISAGREES, PROVED, UNKNOWN, ProofResult
@@ -31,10 +32,31 @@ def binding() -> ProofResult:
                        time.perf_counter() - start, AGREES, detail=b.summary())
 
 
-def obligations(base: Config, K: int, k: int, drain_K: int) -> Iterator[tuple[str, Thunk]]:
+PREFIX_DRAIN_REQUESTS = 4   # drain with prefix caching at most this many requests unless `full`
+
+
+def mode_groups() -> list[tuple[str, list[dict[str, object]]]]:
+    """The drain rows: one per allocation and prefix caching, each over every
+    execution x WCPB x snapshots combination."""
+    out = []
+    for allocation in ("upfront", "incremental"):
+        for prefix in (False, True):
+            label = allocation + (" + prefix caching" if prefix else "")
+            out.append((label, [m for m in MODES if m["allocation"] == allocation and m["prefix_caching"] == prefix]))
+    return out
+
+
+def drain_requests(modes: dict[str, object], drain_K: int, full: bool) -> int:
+    """Requests the drain proof of these modes covers: `drain_K`, or with prefix
+    caching at most PREFIX_DRAIN_REQUESTS unless `full` (its step is larger)."""
+    return drain_K if full or not modes["prefix_caching"] else min(drain_K, PREFIX_DRAIN_REQUESTS)
+
+
+def obligations(base: Config, K: int, k: int, drain_K: int, full: bool = False) -> Iterator[tuple[str, Thunk]]:
     """(label, thunk) per obligation; a thunk returns the result and, for a
     livelock found, the counterexample workload. K sizes the KV and admission
-    encodings and the lasso search, k its steps; drain_K the drain proofs."""
+    encodings and the lasso search, k its steps; drain_K the drain proofs
+    (see `drain_requests`)."""
     def plain(fn: Callable[[], ProofResult]) -> Callable[[], tuple[ProofResult, None]]:
         return lambda: (fn(), None)
 
@@ -47,25 +69,26 @@ def obligations(base: Config, K: int, k: int, drain_K: int) -> Iterator[tuple[st
     yield "futility/guarded", plain(lambda: futility("guarded"))
     yield "futility/unguarded", plain(lambda: futility("unguarded"))
     for policy in ("guarded", "no preemption", "unguarded"):
-        yield f"drain/{policy}", plain(lambda policy=policy: across_modes("drain", policy, drain, drain_K))
+        for label, modes in mode_groups():
+            n = drain_requests(modes[0], drain_K, full)
+            yield f"drain/{policy}/{label}", plain(
+                lambda policy=policy, label=label, modes=modes, n=n:
+                across_modes(f"drain {label}", policy, drain, n, modes))
     for policy in ("guarded", "unguarded"):
         yield f"preemption-pairs/{policy}", plain(
-            lambda policy=policy: across_modes("preemption-pairs", policy, preemption_pairs, drain_K))
-    yield "drain/config", plain(lambda: config_drain(base, drain_K))
-    yield "livelock-search", lambda: lasso_search(base, "unguarded", K, k)
+            lambda policy=policy: across_modes("preemption-pairs", policy, preemption_pairs, drain_K,
+                                               DETERMINISTIC_MODES))
+    yield "drain/config", plain(lambda: config_drain(base, drain_K, full))
+    yield "livelock-search", lambda: lasso_search(replace(base, allocation="upfront"), "unguarded", K, k)
+    yield "livelock-search-incremental", lambda: lasso_search(
+        replace(base, allocation="incremental"), "unguarded", K, k, name="livelock-search-incremental")
     yield "no-lasso", lambda: lasso_search(base, "guarded", K, k)
 
 
-def config_drain(cfg: Config, K: int) -> ProofResult:
-    """Drain for the given config's own modes, or unknown where it is outside
-    the class the step encoding covers (never reported as proved there)."""
+def config_drain(cfg: Config, drain_K: int, full: bool = False) -> ProofResult:
+    """Drain for the given config's own modes (every config switch is covered)."""
     modes = modes_of(cfg)
-    policy = cfg.preemption_policy if cfg.priority_preemption else "no preemption"
-    why = supported(cfg)
-    if why:
-        return ProofResult("drain (this config)", policy, UNKNOWN, 0.0, expected_status(policy, K),
-                           detail=f"outside the proved class: {why}")
-    result = drain(K, modes)
+    result = drain(drain_requests(modes, drain_K, full), modes)
     result.name = "drain (this config)"
     return result
 
@@ -82,21 +105,21 @@ def demote(results: list[ProofResult]) -> list[ProofResult]:
 
 def run_all(base: Config, K: int, k: int, drain_K: int = 6,
             progress: Callable[[str], None] | None = None,
-            workers: int | None = None) -> list[tuple[ProofResult, Workload | None]]:
+            workers: int | None = None, full: bool = False) -> list[tuple[ProofResult, Workload | None]]:
     """Every obligation, in list order, on `workers` processes (default: up to
     two, the cores CI has); `progress` hears each one as it finishes."""
-    labels = [label for label, _ in obligations(base, K, k, drain_K)]
+    labels = [label for label, _ in obligations(base, K, k, drain_K, full)]
     jobs = workers or min(2, os.cpu_count() or 1)
     context = multiprocessing.get_context("fork") if jobs > 1 else None
     out: dict[int, tuple[ProofResult, Workload | None]] = {}
     if context is None:
         for n, label in enumerate(labels):
-            out[n] = _discharge(base, K, k, drain_K, n)
+            out[n] = _discharge(base, K, k, drain_K, full, n)
             if progress:
                 progress(f"{label}: {out[n][0].status}")
     else:
         with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-            pending = {pool.submit(_discharge, base, K, k, drain_K, n): n for n in range(len(labels))}
+            pending = {pool.submit(_discharge, base, K, k, drain_K, full, n): n for n in range(len(labels))}
             try:
                 for done in as_completed(pending):
                     n = pending[done]
@@ -111,9 +134,10 @@ def run_all(base: Config, K: int, k: int, drain_K: int = 6,
     return ordered
 
 
-def _discharge(base: Config, K: int, k: int, drain_K: int, n: int) -> tuple[ProofResult, Workload | None]:
+def _discharge(base: Config, K: int, k: int, drain_K: int, full: bool,
+               n: int) -> tuple[ProofResult, Workload | None]:
     """Obligation number n (run in a worker process)."""
-    for index, (_, thunk) in enumerate(obligations(base, K, k, drain_K)):
+    for index, (_, thunk) in enumerate(obligations(base, K, k, drain_K, full)):
         if index == n:
             return thunk()
     raise IndexError(n)

@@ -39,8 +39,8 @@ def test_a_guard_that_records_nothing_allows_repeated_futile_preemption() -> Non
     assert futility("guarded", record_guard=False).status == COUNTEREXAMPLE
 
 
-GUARDED = dict(execution="refill", wcpb=True, snapshots=False, priority_preemption=True,
-               preemption_policy="guarded")
+GUARDED = dict(allocation="upfront", prefix_caching=False, execution="refill", wcpb=True, snapshots=False,
+               priority_preemption=True, preemption_policy="guarded")
 
 
 def test_drain_is_proved_guarded_and_refuted_unguarded() -> None:
@@ -50,6 +50,36 @@ def test_drain_is_proved_guarded_and_refuted_unguarded() -> None:
     assert result.status == COUNTEREXAMPLE and result.detail.startswith("rank:")
     assert preemption_pairs(4, GUARDED).status == PROVED
     assert preemption_pairs(4, {**GUARDED, "preemption_policy": "unguarded"}).status == COUNTEREXAMPLE
+
+
+def test_drain_is_proved_with_prefix_caching_and_incremental_allocation() -> None:
+    """Every config switch: the guarded policy and no preemption drain, the
+    unguarded rank claim is refuted."""
+    for allocation in ("upfront", "incremental"):
+        for prefix in (False, True):
+            modes = {**GUARDED, "allocation": allocation, "prefix_caching": prefix}
+            assert drain(3, modes).status == PROVED
+            assert drain(3, {**modes, "priority_preemption": False}).status == PROVED
+            assert drain(3, {**modes, "preemption_policy": "unguarded"}).status == COUNTEREXAMPLE
+
+
+def test_with_prefix_caching_drain_rests_on_the_futility_guard(monkeypatch) -> None:
+    """A futile preemption the guard does not record: drain is refuted with
+    prefix caching (the preflight may be optimistic there) and still proved
+    without it (the preflight is exact, so no preemption is futile)."""
+    from loopcheck.proofs import bmc
+
+    original = bmc.Pass.admit_waiting
+
+    def unrecorded(self, i, waiting):
+        before = self.gd[i]
+        out = original(self, i, waiting)
+        self.gd[i] = bmc.z3.If(out[0], 0, before)
+        return out
+    monkeypatch.setattr(bmc.Pass, "admit_waiting", unrecorded)
+    refuted = drain(3, {**GUARDED, "prefix_caching": True})
+    assert refuted.status == COUNTEREXAMPLE and refuted.detail.startswith("rank:")
+    assert drain(3, GUARDED).status == PROVED
 
 
 def test_one_request_alone_drains_under_every_policy() -> None:
@@ -75,15 +105,23 @@ def test_a_step_that_loses_blocks_breaks_the_accounting_lemmas(monkeypatch) -> N
     assert result.status == COUNTEREXAMPLE and "accounting, abort" in result.detail
 
 
-def test_drain_rests_on_the_victim_check_not_on_the_watermark(monkeypatch) -> None:
+def test_drain_rests_on_the_victim_check_where_the_watermark_binds(monkeypatch) -> None:
+    """The guarded step drains without its watermark; without its victim check
+    (the unguarded step) it does not, while a watermark can keep a requester
+    out after its preemption. With neither, the rank falls again (K=3; the
+    bounded lasso search agrees: no lasso within 6 steps at watermark 0)."""
     from loopcheck.proofs import bmc
 
     def no_watermark(self):
         self.wm = bmc.z3.IntVal(0)
+    original_open = bmc.Pass.open_schedule
     monkeypatch.setattr(bmc.Pass, "open_schedule", no_watermark)
     assert drain(3, GUARDED).status == PROVED   # the watermark is not what drain rests on
+    monkeypatch.setattr(bmc.Pass, "open_schedule", original_open)
     monkeypatch.setattr(bmc.Pass, "schedule", _no_victim_check(bmc.Pass.schedule))
     assert drain(3, GUARDED).status == COUNTEREXAMPLE
+    monkeypatch.setattr(bmc.Pass, "open_schedule", no_watermark)
+    assert drain(3, GUARDED).status == PROVED
 
 
 def _no_victim_check(schedule):
@@ -108,22 +146,27 @@ def test_prove_cli_writes_a_livelock_that_replays_on_model_and_engine(tmp_path, 
     from loopcheck.sut.simulate import simulate_engine
 
     junit = tmp_path / "prove.xml"
-    assert main(["prove", "--json", "--out", str(tmp_path), "--junit", str(junit)]) == 0
+    assert main(["prove", "--json", "--drain-requests", "3", "--out", str(tmp_path), "--junit", str(junit)]) == 0
     results = json.loads(capsys.readouterr().out)
     assert {r["status"] for r in results} == {"proved", "counterexample", "bounded", "agrees"}
-    assert {r["name"] for r in results if r["status"] == "proved"} >= {"drain", "preemption-pairs"}
+    drain_rows = [r for r in results if r["name"].startswith("drain ") and r["name"] != "drain (this config)"]
+    assert len(drain_rows) == 12 and {r["status"] for r in drain_rows if r["policy"] != "unguarded"} == {"proved"}
+    assert "preemption-pairs" in {r["name"] for r in results if r["status"] == "proved"}
     assert all(r["status"] == "bounded" for r in results if r["name"].startswith("no-lasso"))
     assert all(r["status"] == r["expected"] for r in results)
     assert {"name", "policy", "status", "seconds"} <= set(results[0])
     assert "failures=\"0\"" in junit.read_text()
-    cex = load_workload(tmp_path / "livelock-search-unguarded.json")
-    assert cex.extra["property"] == "livelock" and cex.extra["cycle"]["length"] >= 1
-    assert len(cex.extra["trace"]) == cex.extra["cycle"]["start"] + cex.extra["cycle"]["length"] + 1
-    for run in (simulate_model(cex, 500), simulate_engine(cex, 500)):
-        assert not run.drained and run.counters.preemptions > 100
-    guarded = cex.with_config(preemption_policy="guarded")
-    for run in (simulate_model(guarded, 500), simulate_engine(guarded, 500)):
-        assert run.drained and run.kv_blocks_held == 0
+    for name, allocation in (("livelock-search", "upfront"), ("livelock-search-incremental", "incremental")):
+        cex = load_workload(tmp_path / f"{name}-unguarded.json")
+        assert cex.extra["property"] == "livelock" and cex.extra["cycle"]["length"] >= 1
+        assert cex.config.allocation == allocation
+        assert len(cex.extra["trace"]) == cex.extra["cycle"]["start"] + cex.extra["cycle"]["length"] + 1
+        for livelock in (cex, cex.with_config(prefix_caching=True)):
+            for run in (simulate_model(livelock, 500), simulate_engine(livelock, 500)):
+                assert not run.drained and run.counters.preemptions > 100
+        guarded = cex.with_config(preemption_policy="guarded")
+        for run in (simulate_model(guarded, 500), simulate_engine(guarded, 500)):
+            assert run.drained and run.kv_blocks_held == 0
 
 
 def test_prove_rejects_bad_bounds(capsys) -> None:

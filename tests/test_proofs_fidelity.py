@@ -57,8 +57,7 @@ def test_admission_encoding_agrees_with_the_model() -> None:
     on every waiting request and victim of 60 Hypothesis workloads with prefix
     caching, and of binding's workloads aimed at futile preemptions (which random
     runs seldom make); together they evaluate every rule the tally names."""
-    tally = {"admission": 0, "guarded preflight": 0, "preflight rejections": 0, "prefix hits in preflight": 0,
-             "preflights decided by pending pages": 0, "futile preemptions": 0}
+    tally = dict.fromkeys(binding.TALLY, 0)
 
     @settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=SLOW)
     @given(workloads(configs(allocation="upfront", prefix_caching=True)), st.integers(0, 30))
@@ -124,6 +123,44 @@ def _prompt_only_sampling_a_token(original):
     return execute
 
 
+def _publication_before_the_frontier(original):
+    """Pages published once a WCPB chunk is scheduled, before its last depth."""
+    def publish(self, i):
+        r = self.reqs[i]
+        self.reqs[i] = r.evolve(frontier=r.chunk_end)
+        original(self, i)
+        self.reqs[i] = self.reqs[i].evolve(frontier=r.frontier)
+    return publish
+
+
+def _hits_on_the_last_prompt_page(original):
+    """A prompt cached whole is hit whole (nothing left to compute)."""
+    def hit_pages(self, i, pending_from=frozenset()):
+        hits = original(self, i, pending_from)
+        whole = len(self.specs[i].prompt) // self.cfg.block_size
+        if (len(self.specs[i].prompt) % self.cfg.block_size == 0 and hits == whole - 1 and whole > 0
+                and self.prompt_hash(i, whole - 1) in self.cache):
+            return whole
+        return hits
+    return hit_pages
+
+
+def _victims_most_urgent_first(original):
+    """Victims (of growth and of priority preemption) taken from the wrong end
+    of the priority order."""
+    def victims(self, eligible):
+        return list(reversed(original(self, eligible)))
+    return victims
+
+
+def _growth_waiting_instead_of_preempting_itself(original):
+    """A request that cannot grow stays running out of the batch."""
+    def preempt(self, v, by):
+        if v != by:
+            original(self, v, by)
+    return preempt
+
+
 @pytest.mark.parametrize("method, mutate, rule", [
     ("preflight", _preflight_without_pending_hits, "guarded preflight"),
     ("fits", _fits_without_watermark, "admission, preemption and finishing"),
@@ -135,6 +172,23 @@ def test_a_rule_changed_in_the_model_alone_is_caught_by_the_binding(monkeypatch,
     monkeypatch.setattr(ref._Step, method, mutate(getattr(ref._Step, method)))
     result = binding.bind()
     assert not result.agrees and f"encoding and model disagree at {rule}" in result.summary()
+
+
+@pytest.mark.parametrize("method, mutate, rule", [
+    ("publish", _publication_before_the_frontier, "allocation, growth and publication"),
+    ("hit_pages", _hits_on_the_last_prompt_page, "admission, preemption and finishing"),
+    ("victims", _victims_most_urgent_first, "admission, preemption and finishing"),
+    ("preempt", _growth_waiting_instead_of_preempting_itself, "admission, preemption and finishing"),
+])
+def test_a_cache_or_growth_rule_changed_in_the_model_alone_is_caught(monkeypatch, method, mutate, rule) -> None:
+    """Model-only mutations of publication, hits and growth: the step encoding
+    with its choices, on the binding's runs with prefix caching and incremental
+    allocation, admits no choice that gives the model's step (the unchanged
+    model agrees there: the prove test binds it)."""
+    monkeypatch.setattr(ref._Step, method, mutate(getattr(ref._Step, method)))
+    found = binding.choice_runs_disagreement(random.Random(0), binding.binding_configs(), 16,
+                                             dict.fromkeys(binding.TALLY, 0))
+    assert found is not None and found.startswith(f"encoding and model disagree at {rule}"), found
 
 
 def test_an_encoding_that_drifts_is_caught(monkeypatch) -> None:
