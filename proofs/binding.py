@@ -91,20 +91,21 @@ def ordered(w: Workload) -> Workload:
     return Workload(w.config, tuple(replace(r, rid=f"r{i}") for i, r in enumerate(reqs)))
 
 
-def concrete_sym(w: Workload, t: int) -> tuple[SymWorkload, StepInputs]:
-    """The workload as encoding terms, and step t's inputs: aborts due at t, and
-    stops where a request's token would be its stop token (every request here
-    scripts one token ID, so that is the same for every token)."""
+def concrete_sym(w: Workload, state: SchedState) -> tuple[SymWorkload, StepInputs]:
+    """The workload as encoding terms, and the inputs of the step from `state`:
+    aborts due then, and stops where the token a request would produce next is
+    its stop token."""
     ints = lambda xs: tuple(z3.IntVal(x) for x in xs)  # noqa: E731
     rs = w.requests
     prompt, max_tokens = ints(len(r.prompt) for r in rs), ints(r.max_tokens for r in rs)
     sw = SymWorkload(prompt, max_tokens, ints(r.priority for r in rs), ints(r.arrival for r in rs),
                      needs_of(prompt, max_tokens, w.config))
     env = WorkloadEnv(w)
-    aborts = env.aborts(t)
+    aborts = env.aborts(state.step)
     return sw, StepInputs(tuple(z3.BoolVal(r.rid in aborts) for r in rs),
-                          tuple(z3.BoolVal(r.stop_token is not None and r.stop_token == env.outcome(r.rid, 0).token_id)
-                                for r in rs))
+                          tuple(z3.BoolVal(r.stop_token is not None
+                                           and r.stop_token == env.outcome(r.rid, x.generated).token_id)
+                                for r, x in zip(rs, state.reqs, strict=True)))
 
 
 def sym_of(state: SchedState, cfg: Config) -> SymState:
@@ -126,7 +127,7 @@ def sym_of(state: SchedState, cfg: Config) -> SymState:
 def step_disagreement(w: Workload, state: SchedState) -> str | None:
     """Where one model step from `state` and the encoding's step differ, or None
     (modes where the step is deterministic: evaluated)."""
-    sw, ins = concrete_sym(w, state.step)
+    sw, ins = concrete_sym(w, state)
     got = sym_step(sym_of(state, w.config), state.step, sw, SymConfig.of(w.config), ins)
     nxt, _ = step(state, WorkloadEnv(w))
     want = sym_of(nxt, w.config)
@@ -142,7 +143,7 @@ def transition_disagreement(w: Workload, state: SchedState, nxt: SchedState) -> 
     """Whether some choices within their facts make the encoding's step from
     `state` give model/'s next state `nxt` (any modes; solved), or where not:
     the first field no choice gives."""
-    sw, ins = concrete_sym(w, state.step)
+    sw, ins = concrete_sym(w, state)
     got, trace = sym_step_traced(sym_of(state, w.config), state.step, sw, SymConfig.of(w.config), ins, "b_")
     pairs = [(name, a, b) for (name, a), (_, b) in zip(got.named(), sym_of(nxt, w.config).named(), strict=True)]
     solver = z3.Solver()

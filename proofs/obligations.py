@@ -52,11 +52,15 @@ def drain_requests(modes: dict[str, object], drain_K: int, full: bool) -> int:
     return drain_K if full or not modes["prefix_caching"] else min(drain_K, PREFIX_DRAIN_REQUESTS)
 
 
-def obligations(base: Config, K: int, k: int, drain_K: int, full: bool = False) -> Iterator[tuple[str, Thunk]]:
+DRAIN_POLICIES = ("guarded", "no preemption", "unguarded")
+
+
+def obligations(base: Config, K: int, k: int, drain_K: int, full: bool = False,
+                policies: tuple[str, ...] = DRAIN_POLICIES) -> Iterator[tuple[str, Thunk]]:
     """(label, thunk) per obligation; a thunk returns the result and, for a
     livelock found, the counterexample workload. K sizes the KV and admission
     encodings and the lasso search, k its steps; drain_K the drain proofs
-    (see `drain_requests`)."""
+    (see `drain_requests`), one row per mode group for each of `policies`."""
     def plain(fn: Callable[[], ProofResult]) -> Callable[[], tuple[ProofResult, None]]:
         return lambda: (fn(), None)
 
@@ -68,7 +72,7 @@ def obligations(base: Config, K: int, k: int, drain_K: int, full: bool = False) 
     yield "preflight-soundness-pending", plain(lambda: preflight_soundness(K, C, pending=True))
     yield "futility/guarded", plain(lambda: futility("guarded"))
     yield "futility/unguarded", plain(lambda: futility("unguarded"))
-    for policy in ("guarded", "no preemption", "unguarded"):
+    for policy in policies:
         for label, modes in mode_groups():
             n = drain_requests(modes[0], drain_K, full)
             yield f"drain/{policy}/{label}", plain(
@@ -104,22 +108,24 @@ def demote(results: list[ProofResult]) -> list[ProofResult]:
 
 
 def run_all(base: Config, K: int, k: int, drain_K: int = 6,
-            progress: Callable[[str], None] | None = None,
-            workers: int | None = None, full: bool = False) -> list[tuple[ProofResult, Workload | None]]:
-    """Every obligation, in list order, on `workers` processes (default: up to
-    two, the cores CI has); `progress` hears each one as it finishes."""
-    labels = [label for label, _ in obligations(base, K, k, drain_K, full)]
+            progress: Callable[[str], None] | None = None, workers: int | None = None, full: bool = False,
+            policies: tuple[str, ...] = DRAIN_POLICIES) -> list[tuple[ProofResult, Workload | None]]:
+    """Every obligation (drain rows for `policies`), in list order, on `workers`
+    processes (default: up to two, the cores CI has); `progress` hears each one
+    as it finishes."""
+    labels = [label for label, _ in obligations(base, K, k, drain_K, full, policies)]
     jobs = workers or min(2, os.cpu_count() or 1)
     context = multiprocessing.get_context("fork") if jobs > 1 else None
     out: dict[int, tuple[ProofResult, Workload | None]] = {}
     if context is None:
         for n, label in enumerate(labels):
-            out[n] = _discharge(base, K, k, drain_K, full, n)
+            out[n] = _discharge(base, K, k, drain_K, full, policies, n)
             if progress:
                 progress(f"{label}: {out[n][0].status}")
     else:
         with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-            pending = {pool.submit(_discharge, base, K, k, drain_K, full, n): n for n in range(len(labels))}
+            pending = {pool.submit(_discharge, base, K, k, drain_K, full, policies, n): n
+                       for n in range(len(labels))}
             try:
                 for done in as_completed(pending):
                     n = pending[done]
@@ -134,10 +140,10 @@ def run_all(base: Config, K: int, k: int, drain_K: int = 6,
     return ordered
 
 
-def _discharge(base: Config, K: int, k: int, drain_K: int, full: bool,
+def _discharge(base: Config, K: int, k: int, drain_K: int, full: bool, policies: tuple[str, ...],
                n: int) -> tuple[ProofResult, Workload | None]:
     """Obligation number n (run in a worker process)."""
-    for index, (_, thunk) in enumerate(obligations(base, K, k, drain_K, full)):
+    for index, (_, thunk) in enumerate(obligations(base, K, k, drain_K, full, policies)):
         if index == n:
             return thunk()
     raise IndexError(n)

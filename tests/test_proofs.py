@@ -63,6 +63,24 @@ def test_drain_is_proved_with_prefix_caching_and_incremental_allocation() -> Non
             assert drain(3, {**modes, "preemption_policy": "unguarded"}).status == COUNTEREXAMPLE
 
 
+def test_every_shipped_config_gets_a_drain_result() -> None:
+    """`drain (this config)` for the regression config and every example's
+    config (upfront and incremental, with and without prefix caching): proved,
+    or refuted for the unguarded policy; never unknown."""
+    from pathlib import Path
+
+    from loopcheck.model.config import regression_config
+    from loopcheck.proofs.obligations import config_drain
+
+    configs = [regression_config()] + [load_workload(path).config
+                                       for path in sorted((Path(__file__).parent.parent / "examples").rglob("*.json"))]
+    assert {c.allocation for c in configs} == {"upfront", "incremental"} and {c.prefix_caching for c in configs} == {
+        False, True}
+    for cfg in configs:
+        result = config_drain(cfg, 3)
+        assert result.status == result.expected and result.status in (PROVED, COUNTEREXAMPLE), (cfg, result.detail)
+
+
 def test_with_prefix_caching_drain_rests_on_the_futility_guard(monkeypatch) -> None:
     """A futile preemption the guard does not record: drain is refuted with
     prefix caching (the preflight may be optimistic there) and still proved
@@ -146,7 +164,7 @@ def test_prove_cli_writes_a_livelock_that_replays_on_model_and_engine(tmp_path, 
     from loopcheck.sut.simulate import simulate_engine
 
     junit = tmp_path / "prove.xml"
-    assert main(["prove", "--json", "--drain-requests", "3", "--out", str(tmp_path), "--junit", str(junit)]) == 0
+    assert main(["prove", "--json", "--drain-requests", "2", "--out", str(tmp_path), "--junit", str(junit)]) == 0
     results = json.loads(capsys.readouterr().out)
     assert {r["status"] for r in results} == {"proved", "counterexample", "bounded", "agrees"}
     drain_rows = [r for r in results if r["name"].startswith("drain ") and r["name"] != "drain (this config)"]
