@@ -154,8 +154,8 @@ def drain(K: int, modes: dict[str, object], timeout_ms: int = 120_000) -> ProofR
         result, model = check_claim(name, policy, expected, assumptions, claim, timeout_ms)
         result.seconds = time.perf_counter() - start
         if result.status != PROVED:
-            why = "a step after the last arrival that does not lower the rank" if model is not None \
-                and label == "rank" else result.detail
+            why = ("a step after the last arrival that does not lower the rank (not by itself a livelock: the "
+                   "lasso searches show one)") if model is not None and label == "rank" else result.detail
             result.detail = f"{label}: {result.status} {why}".strip()
             return result
     result.detail = (f"invariant inductive (consecution + {len(steps) - 3} accounting lemmas); rank "
