@@ -4,6 +4,7 @@ the matching obligation fail."""
 from __future__ import annotations
 
 import json
+import re
 
 import z3
 
@@ -170,6 +171,12 @@ def test_prove_cli_writes_a_livelock_that_replays_on_model_and_engine(tmp_path, 
     drain_rows = [r for r in results if r["name"].startswith("drain ") and r["name"] != "drain (this config)"]
     assert len(drain_rows) == 12 and {r["status"] for r in drain_rows if r["policy"] != "unguarded"} == {"proved"}
     assert "preemption-pairs" in {r["name"] for r in results if r["status"] == "proved"}
+    bound = next(r["detail"] for r in results if r["name"] == "encodings bound to model/")
+    counts = {what: int(n) for n, what in re.findall(r"(\d+) ([^,]+)", bound)}
+    rare = ("futile preemptions", "hits on cache-only pages", "evictions of a page a waiting request would hit",
+            "publications with a chunk in flight", "guard entries cleared", "steps the guard decided",
+            "growth preemptions", "self-preemptions")
+    assert all(counts[rule] > 0 for rule in rare), counts   # the binding's runs reach every rare rule
     assert all(r["status"] == "bounded" for r in results if r["name"].startswith("no-lasso"))
     assert all(r["status"] == r["expected"] for r in results)
     assert {"name", "policy", "status", "seconds"} <= set(results[0])
