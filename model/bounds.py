@@ -18,7 +18,7 @@ from loopcheck.model.workload import Workload
 
 
 def preemption_bound(workload: Workload) -> int | None:
-    """Most preemptions in any run of the workload, or None outside the proved class.
+    """Most preemptions in any run of the workload, or None outside the class where it is proved.
 
     With N_k the requests at the k most urgent priority levels (L levels): the
     preemptions of requests at the k most urgent levels pair one to one with

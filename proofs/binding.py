@@ -1,13 +1,17 @@
-"""Bind the encodings to model/: evaluate them on concrete model states and
-compare with what model/reference.py does there.
+"""Bind the encodings to model/: check them on concrete model states against
+what model/reference.py does there.
 
-The step encoding (proofs/bmc.py) is compared on two kinds of states:
+The step encoding (proofs/bmc.py) is compared on three kinds of states:
 - states solved from z3 models of the drain invariant, each aimed at a rule
   that random runs seldom reach (preemption, a victim skipped by the preflight,
   a waiting request the preflight turns away, the bypass limit, the watermark,
   aborts, stop tokens, rejection, resumption from a snapshot, a refill stage
-  conflict), for every mode combination and both policies;
-- every state of seeded random runs.
+  conflict, a prompt-only request finishing), for every mode without choices
+  and both policies (evaluated);
+- every state of seeded random runs in those modes (evaluated);
+- every step of seeded runs with prefix caching or incremental allocation,
+  some picked for rare windows (`WINDOWS`): z3 must find choices within their
+  facts that give the model's next state (`transition_disagreement`).
 The admission and preflight encodings (proofs/admission.py) are compared on
 every waiting request and victim of seeded random runs with prefix caching,
 shared prompt prefixes and tight pools.

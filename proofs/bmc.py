@@ -220,21 +220,14 @@ def _max(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
 @dataclass(frozen=True)
 class StepTrace:
     """What one symbolic step did besides the next state: per request whether it
-    was admitted (fresh or resumed), whether it wanted a preemption (eligible
-    but not fitting) and whether it preempted futilely (not admitted after
-    it); each possible priority preemption (happens, waiting request i, victim
-    j) and growth preemption (happens, growing request i, victim j, i itself
-    when it preempts itself); and the facts its choices satisfy."""
+    was admitted (fresh or resumed) and whether it wanted a preemption (eligible
+    but not fitting); each possible priority preemption (happens, waiting
+    request i, victim j); and the facts its choices satisfy."""
 
     admitted: tuple[z3.BoolRef, ...]
     wanted: tuple[z3.BoolRef, ...]
-    futile: tuple[z3.BoolRef, ...]
     preemptions: tuple[tuple[z3.BoolRef, int, int], ...]
-    growth_preemptions: tuple[tuple[z3.BoolRef, int, int], ...]
     facts: tuple[z3.BoolRef, ...]
-
-    def preempted(self, j: int) -> z3.BoolRef:
-        return z3.Or([h for h, _, v in self.preemptions if v == j] + [z3.BoolVal(False)])
 
 
 def sym_step(s: SymState, t: z3.ArithRef | int, w: SymWorkload, c: SymConfig,
@@ -287,9 +280,7 @@ class Pass:
         self.skipped: list[z3.BoolRef] = [z3.BoolVal(False)] * w.K
         self.admitted: list[z3.BoolRef] = [z3.BoolVal(False)] * w.K
         self.wanted: list[z3.BoolRef] = [z3.BoolVal(False)] * w.K
-        self.futile: list[z3.BoolRef] = [z3.BoolVal(False)] * w.K
         self.preemptions: list[tuple[z3.BoolRef, int, int]] = []
-        self.growth_preemptions: list[tuple[z3.BoolRef, int, int]] = []
         self.facts: list[z3.BoolRef] = []
         self.choices = 0
 
@@ -313,8 +304,7 @@ class Pass:
                         tuple(self.byp), tuple(self.pv), tuple(self.sh), tuple(self.gd), self.free, self.cached)
 
     def trace(self) -> StepTrace:
-        return StepTrace(tuple(self.admitted), tuple(self.wanted), tuple(self.futile), tuple(self.preemptions),
-                         tuple(self.growth_preemptions), tuple(self.facts))
+        return StepTrace(tuple(self.admitted), tuple(self.wanted), tuple(self.preemptions), tuple(self.facts))
 
     # ----- choices ------------------------------------------------------------------
     def choose(self, name: str) -> z3.ArithRef:
@@ -428,10 +418,8 @@ class Pass:
             self.fact(z3.Implies(r_ok, growth == _max(0, self.page_ceil(end) - held)))
         for j in reversed(range(i + 1, self.w.K)):
             short = z3.And(r_ok, self.free < growth, self.st[j] == RUNNING)
-            self.growth_preemptions.append((short, i, j))
             self.preempt(j, short)
         itself = z3.And(r_ok, self.free < growth)
-        self.growth_preemptions.append((itself, i, i))
         self.preempt(i, itself)
         runs = z3.And(r_ok, z3.Not(itself))
         self.free = self.free - z3.If(runs, growth, 0)
@@ -547,8 +535,7 @@ class Pass:
         fits_after = z3.And(running_now - z3.If(preempts, 1, 0) < c.max_num_seqs, self.free - revived - wm >= take)
         admit = z3.And(eligible, fits_after)
         self.admitted[i] = z3.Or(self.admitted[i], admit)
-        if guarded:
-            self.futile[i] = z3.And(preempts, z3.Not(admit))
+        futile = z3.And(preempts, z3.Not(admit)) if guarded else z3.BoolVal(False)
         for j in range(i):
             byp[j] = z3.If(z3.And(admit, fresh, self.skipped[j]), byp[j] + 1, byp[j])
         self.skipped[i] = z3.And(waiting, z3.Not(admit))
@@ -557,7 +544,7 @@ class Pass:
         self.cached = self.cached + z3.If(admit, revived, 0)
         self.pv[i] = z3.If(admit, take, self.pv[i])
         self.sh[i] = z3.If(admit, hit, self.sh[i])
-        self.gd[i] = z3.If(admit, 0, self.gd[i] + z3.If(self.futile[i], 1, 0))
+        self.gd[i] = z3.If(admit, 0, self.gd[i] + z3.If(futile, 1, 0))
         byp[i] = z3.If(admit, 0, byp[i])
         self.cd[i] = z3.If(admit, 0, self.cd[i])
         return admit, fresh, a_kind, a_cost, a_frontier
