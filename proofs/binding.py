@@ -374,17 +374,22 @@ def admission_run_disagreement(w: Workload, tally: dict[str, int], steps: int = 
 Window = Callable[[Workload, SchedState, list[Event], SchedState], int]
 
 
+def request_index(w: Workload) -> dict[str, int]:
+    """Each request's index in the workload, by id."""
+    return {r.rid: i for i, r in enumerate(w.requests)}
+
+
 def futile_preemptions(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
     """Requesters of a priority preemption not admitted in the same step."""
     admitted = {e.rid for e in events if e.kind in ("admit", "resume")}
-    index = {r.rid: i for i, r in enumerate(w.requests)}
+    index = request_index(w)
     return len({str(e.args[0]) for e in events if e.kind == "preempt"
                 and state.reqs[index[str(e.args[0])]].status != RUNNING} - admitted)
 
 
 def growth_preemptions(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
     """Preemptions a growing request made of another."""
-    index = {r.rid: i for i, r in enumerate(w.requests)}
+    index = request_index(w)
     return sum(e.kind == "preempt" and e.args[0] != e.rid and state.reqs[index[str(e.args[0])]].status == RUNNING
                for e in events)
 
@@ -401,7 +406,7 @@ def hits(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -
 
 def cache_only_hits(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
     """Admissions and resumptions hitting a page no request held."""
-    index = {r.rid: i for i, r in enumerate(w.requests)}
+    index = request_index(w)
     cache = dict(state.cache)
     return sum(e.kind in ("admit", "resume") and any(cache.get(h) == 0 for h in prompt_pages(
         w, index[e.rid], int(e.args[0]))) for e in events)
@@ -418,7 +423,7 @@ def wanted_evictions(w: Workload, state: SchedState, events: list[Event], nxt: S
 
 def in_flight_publications(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
     """Pages published by a request whose WCPB chunk is still in flight."""
-    index = {r.rid: i for i, r in enumerate(w.requests)}
+    index = request_index(w)
     return sum(e.kind == "publish" and nxt.reqs[index[e.rid]].chunk_end > nxt.reqs[index[e.rid]].frontier
                for e in events)
 
@@ -458,13 +463,25 @@ def general_workloads(rng: random.Random, plain: int, aimed: int, tries: int = 2
     `aimed` more whose run opens each of the rarest windows: a growing request
     preempting itself, a publication while a WCPB chunk is in flight."""
     configs = binding_configs([m for m in MODES if m not in DETERMINISTIC_MODES])
-    out = [random_workload(rng, configs[n % len(configs)], 4, prefixes=True) for n in range(plain)]
-    for window in (self_preemptions, in_flight_publications):
+
+    def draw(n: int) -> Workload:
+        return random_workload(rng, configs[n % len(configs)], 4, prefixes=True)
+
+    return [draw(n) for n in range(plain)] + aimed_workloads(
+        draw, (self_preemptions, in_flight_publications), aimed, tries)
+
+
+def aimed_workloads(draw: Callable[[int], Workload], windows: Iterable[Window], aimed: int,
+                    tries: int) -> list[Workload]:
+    """For each window in turn, the first `aimed` of `tries` workloads drawn
+    (`draw(n)`, n counting from 0 for each window) whose model run opens it."""
+    out = []
+    for window in windows:
         found = 0
         for n in range(tries):
             if found == aimed:
                 break
-            w = random_workload(rng, configs[n % len(configs)], 4, prefixes=True)
+            w = draw(n)
             if opens(window, w):
                 out.append(w)
                 found += 1
@@ -528,17 +545,8 @@ def prefix_workloads(rng: random.Random, configs: list[Config], plain: int, aime
                       kv_layout="shared", watermark_blocks=n % 3)
         return random_workload(rng, cfg, 4, prefixes=True)
 
-    out = [draw(n) for n in range(plain)]
-    for window in (futile_preemptions, pending_pages_wanted):
-        found = 0
-        for n in range(tries):
-            if found == aimed:
-                break
-            w = draw(2 * n)     # even indices: the guarded policy
-            if opens(window, w):
-                out.append(w)
-                found += 1
-    return out
+    return [draw(n) for n in range(plain)] + aimed_workloads(    # even indices: the guarded policy
+        lambda n: draw(2 * n), (futile_preemptions, pending_pages_wanted), aimed, tries)
 
 
 def opens(window: Window, w: Workload, steps: int = 30) -> bool:

@@ -30,7 +30,9 @@ report proofs when they disagree).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import z3
 
@@ -307,11 +309,11 @@ class Pass:
         return StepTrace(tuple(self.admitted), tuple(self.wanted), tuple(self.preemptions), tuple(self.facts))
 
     # ----- choices ------------------------------------------------------------------
-    def choose(self, name: str) -> z3.ArithRef:
-        """A fresh unknown for a value the encoding leaves open (its facts are
-        added with `fact`)."""
+    def choose(self, name: str, sort: Callable[[str], z3.ExprRef] = z3.Int) -> Any:
+        """A fresh unknown (an integer, or of `sort`) for a value the encoding
+        leaves open (its facts are added with `fact`)."""
         self.choices += 1
-        return z3.Int(f"{self.prefix}{name}#{self.choices}")
+        return sort(f"{self.prefix}{name}#{self.choices}")
 
     def fact(self, *facts: z3.BoolRef) -> None:
         self.facts.extend(facts)
@@ -386,11 +388,11 @@ class Pass:
         growing (preempting less urgent running requests, or itself); a waiting
         or preempted one is admitted if it fits, maybe after preempting a less
         urgent running request not yet in the batch."""
-        w, c, f, ce = self.w, self.c, self.f, self.ce
+        w, f, ce = self.w, self.f, self.ce
         P, f0, ce0, st0, budget = w.prompt[i], f[i], ce[i], self.st[i], self.budget
         inflight = ce0 > f0
         r_prefill = z3.Or(inflight, f0 < P)
-        r_cost = z3.If(inflight, ce0 - f0, z3.If(f0 < P, _min(_min(c.prefill_chunk_size, P - f0), budget), 1))
+        r_cost = z3.If(inflight, ce0 - f0, z3.If(f0 < P, self.chunk(i, f0), 1))
         r_kind = z3.If(r_prefill, 1, 2)
         r_ok = z3.And(st0 == RUNNING, r_cost >= 1, r_cost <= budget, self.stage_ok(r_kind))
         r_end = z3.If(r_prefill, f0 + r_cost, P + self.g[i])
@@ -426,32 +428,36 @@ class Pass:
         self.pv[i] = self.pv[i] + z3.If(runs, growth, 0)
         return runs
 
-    def plan(self, i: int, waiting: z3.BoolRef) -> tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]:
-        """Request i's admission plan, if `waiting`: the positions its prefix hits
-        cover, the blocks of those hit pages, and the private blocks it takes.
-        Without prefix caching nothing hits; with upfront allocation hits and
-        private blocks make its need."""
+    def chunk(self, i: int, frontier: z3.ArithRef) -> z3.ArithRef:
+        """Tokens of request i's next prefill chunk from `frontier` (within the
+        chunk size, the prompt and the budget left)."""
+        return _min(_min(self.c.prefill_chunk_size, self.w.prompt[i] - frontier), self.budget)
+
+    def hits(self, i: int, waiting: z3.BoolRef) -> tuple[z3.ArithRef, z3.ArithRef]:
+        """Request i's prefix hits, if `waiting`: the positions they cover and the
+        blocks of the hit pages (none without prefix caching)."""
         w, c = self.w, self.c
-        need = w.need[i]
         if not c.prefix_caching:
-            hit_end, hit = z3.IntVal(0), z3.IntVal(0)
-        else:
-            hit_end, hit = self.choose("hit_end"), self.choose("hit")
-            self.fact(z3.Implies(waiting, z3.And(hit_end >= 0, hit_end <= w.prompt[i] - 1, hit >= 0, hit <= need)))
-            if c.pages is not None:
-                bs, planes = c.pages
-                self.fact(z3.Implies(waiting, hit * bs == hit_end * planes))
-        if c.upfront:
-            return hit_end, hit, need - hit
+            return z3.IntVal(0), z3.IntVal(0)
+        hit_end, hit = self.choose("hit_end"), self.choose("hit")
+        self.fact(z3.Implies(waiting, z3.And(hit_end >= 0, hit_end <= w.prompt[i] - 1, hit >= 0, hit <= w.need[i])))
+        if c.pages is not None:
+            bs, planes = c.pages
+            self.fact(z3.Implies(waiting, hit * bs == hit_end * planes))
+        return hit_end, hit
+
+    def take(self, i: int, waiting: z3.BoolRef, hit: z3.ArithRef, end: z3.ArithRef) -> z3.ArithRef:
+        """The private blocks request i takes on admission, if `waiting`: with
+        upfront allocation its need less the hits; incremental, the rest of the
+        pages that hold `end` positions (its first work item's end)."""
+        need = self.w.need[i]
+        if self.c.upfront:
+            return need - hit
         take = self.choose("take")
         self.fact(z3.Implies(waiting, z3.And(take >= 0, hit + take <= need)))
-        if c.pages is not None:
-            a_frontier = _max(self.f[i], hit_end)
-            P = w.prompt[i]
-            end = z3.If(a_frontier < P, a_frontier + _min(_min(c.prefill_chunk_size, P - a_frontier), self.budget),
-                        P + self.g[i])
+        if self.c.pages is not None:
             self.fact(z3.Implies(waiting, hit + take == self.page_ceil(end)))
-        return hit_end, hit, take
+        return take
 
     def revived(self, waiting: z3.BoolRef, hit: z3.ArithRef, before: z3.ArithRef | None = None,
                 released: z3.ArithRef | None = None) -> z3.ArithRef:
@@ -474,8 +480,7 @@ class Pass:
         Without prefix caching it is exact (j's private blocks return); with it,
         pages pending publication count as hits, a choice."""
         if self.c.prefix_caching:
-            self.choices += 1
-            return z3.Bool(f"{self.prefix}preflight{i}_{j}#{self.choices}")
+            return self.choose(f"preflight{i}_{j}", z3.Bool)
         return z3.And(self.running_now() - 1 < self.c.max_num_seqs,
                       self.free + self.pv[j] - self.wm_for(i) - revived >= take)
 
@@ -489,8 +494,7 @@ class Pass:
         while it holds nothing for i and true once it holds every free count."""
         if not self.c.prefix_caching:
             return z3.BoolVal(False)
-        self.choices += 1
-        held = z3.Bool(f"{self.prefix}in_guard{i}#{self.choices}")
+        held = self.choose(f"in_guard{i}", z3.Bool)
         self.fact(z3.Implies(self.gd[i] == 0, z3.Not(held)), z3.Implies(self.gd[i] > self.c.num_blocks, held))
         return held
 
@@ -503,10 +507,11 @@ class Pass:
         P, budget, K = w.prompt[i], self.budget, w.K
         running_now = self.running_now()
         fresh = st[i] == WAITING
-        hit_end, hit, take = self.plan(i, waiting)
+        hit_end, hit = self.hits(i, waiting)
         a_frontier = _max(self.f[i], hit_end)
         a_kind = z3.If(a_frontier < P, 1, 2)
-        a_cost = z3.If(a_frontier < P, _min(_min(c.prefill_chunk_size, P - a_frontier), budget), 1)
+        a_cost = z3.If(a_frontier < P, self.chunk(i, a_frontier), 1)
+        take = self.take(i, waiting, hit, z3.If(a_frontier < P, a_frontier + a_cost, P + self.g[i]))
         blocked = z3.And(fresh, z3.Or([z3.And(self.skipped[j], byp[j] >= c.max_bypasses)
                                        for j in range(i)] + [z3.BoolVal(False)]))
         eligible = z3.And(waiting, a_cost >= 1, a_cost <= budget, self.stage_ok(a_kind), z3.Not(blocked))

@@ -175,8 +175,7 @@ def accounting_lemmas(K: int, modes: dict[str, object]) -> list[tuple[str, list[
     lemmas = []
 
     def kept(p: Pass) -> z3.BoolRef:
-        return z3.And(p.free == c.num_blocks - z3.Sum(list(p.pv)) - p.cached,
-                      *[z3.Implies(p.st[k] != RUNNING, p.pv[k] == 0) for k in range(K)])
+        return z3.And(accounting(p.state(), c), *[z3.Implies(p.st[k] != RUNNING, p.pv[k] == 0) for k in range(K)])
 
     for i in range(K):
         for phase in ("arrive", "abort", "schedule", "execute"):
