@@ -5,7 +5,10 @@ vLLM extra (scripts/install-engine.sh vllm).
 - the queue-head stall of a request larger than the pool (vLLM issue #35541):
   default workload shape, expecting `stall` or `never-fit-not-rejected`;
 - the priority inversion when max_num_seqs is the bottleneck (#40004): requests
-  that fit the pool (`--shape oversized=off`), expecting `priority-inversion`.
+  that fit the pool (`--shape oversized=off`), expecting `priority-inversion`;
+- the prefix-cache hit on a page never computed (a page registered when its
+  step was scheduled, the request then preempted out of the step; #43569): the
+  same shape with the priority inversion ignored, expecting `prefix-hits`.
 
 Usage: python -m benchmarks.vllm_bugs [--seeds 5] [--budget 60]
 """
@@ -29,6 +32,8 @@ def main() -> None:
                args.seeds, args.budget, **common))
     print(hunt("vLLM #40004: priority inversion when max_num_seqs is the bottleneck", {"priority-inversion"},
                args.seeds, args.budget, shape=Shape.parse("oversized=off"), **common))
+    print(hunt("vLLM #43569: a prefix-cache hit on a page registered, never computed", {"prefix-hits"},
+               args.seeds, args.budget, shape=Shape.parse("oversized=off"), ignore=("priority-inversion",), **common))
 
 
 if __name__ == "__main__":

@@ -19,12 +19,13 @@ import json
 import math
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hypothesis.database import ExampleDatabase
 
 from loopcheck.fuzz.features import NOVELTY_ONLY, Feature
-from loopcheck.fuzz.mutate import Limits, mutate, splice, stop_at_output
+from loopcheck.fuzz.mutate import Limits, arrive_mid_prompt, follow_up, mutate, splice, stop_at_output
 from loopcheck.fuzz.strategies import ON
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import Workload, workload_from_json
@@ -32,7 +33,7 @@ from loopcheck.model.workload import Workload, workload_from_json
 LOADED = 200   # entries a campaign takes from the database at most (the first, in sorted order)
 RAREST = 16    # a round's target is one of this many rarest features
 SPLICED = 0.25  # the share of mutants that start from a parent spliced with another entry
-STOPPED = 0.15  # the share of the others whose parent first gets a stop token its run produced
+READ_OFF = 0.5  # the share of the others that are one edit read off the parent's run (`run_edits`)
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Entry:
     workload: Workload
     new: frozenset[Feature]                       # the features its run showed first
     outputs: dict[str, tuple[int, ...]]           # the tokens its run gave each request
+    mid_prompt: list[tuple[int, str]]             # (step, request) where its run had a prompt half done
+    held: list[int]                               # the blocks its run held after each step
 
 
 class Corpus:
@@ -59,7 +62,8 @@ class Corpus:
         self.rounds = 0
 
     def note(self, workload: Workload, features: set[Feature],
-             outputs: dict[str, tuple[int, ...]] | None = None) -> bool:
+             outputs: dict[str, tuple[int, ...]] | None = None,
+             mid_prompt: list[tuple[int, str]] | None = None, held: list[int] | None = None) -> bool:
         """Count a run's features; keep its workload, with the tokens its run gave
         each request, if it showed a new one (and save it in the database).
         Whether it was kept."""
@@ -68,7 +72,7 @@ class Corpus:
         if not new:
             return False
         index = len(self.entries)
-        self.entries.append(Entry(workload, new, outputs or {}))
+        self.entries.append(Entry(workload, new, outputs or {}, mid_prompt or [], list(held or ())))
         aimable = [f for f in features if f[0] not in NOVELTY_ONLY]
         for f in sorted((f for f in aimable if f not in self.showing), key=repr):   # (the same order in any process)
             self.showing[f] = []
@@ -120,12 +124,29 @@ class Corpus:
         parents += self.rng.choices(self.entries, weights=weights, k=self.per_round - len(parents))
         out: list[Workload] = []
         for parent in parents:
-            start = parent.workload
             if self.rng.random() < SPLICED and len(self.entries) > 1:
-                start = splice(start, self.rng.choices(self.entries, weights=weights)[0].workload, self.rng)
-            elif self.rng.random() < STOPPED and parent.outputs and self.limits.shape.stop_tokens == ON:
-                start = stop_at_output(start, parent.outputs, self.rng)
-            child = mutate(start, self.rng, self.limits)
+                spliced = splice(parent.workload, self.rng.choices(self.entries, weights=weights)[0].workload, self.rng)
+                child = mutate(spliced, self.rng, self.limits)
+            else:
+                edits = self.run_edits(parent) if self.rng.random() < READ_OFF else []
+                child = self.rng.choice(edits)(parent) if edits else None
+                if child is None or child == parent.workload or not self.limits.allows(child):
+                    child = mutate(parent.workload, self.rng, self.limits)
             if child is not None:
                 out.append(child)
         return out
+
+    def run_edits(self, parent: Entry) -> list[Callable[[Entry], Workload]]:
+        """The edits that read what the parent's run did and the shape allows: a
+        stop token it produced, a next turn of a request (its prompt and outputs),
+        an arrival while a prompt was half done. Each is a mutant by itself (random
+        edits on top would move the run away from what it read)."""
+        rng, shape = self.rng, self.limits.shape
+        edits: list[Callable[[Entry], Workload]] = []
+        if parent.outputs and shape.stop_tokens == ON:
+            edits.append(lambda e: stop_at_output(e.workload, e.outputs, rng))
+        if parent.outputs and shape.prefixes == ON:
+            edits.append(lambda e: follow_up(e.workload, e.outputs, rng))
+        if parent.mid_prompt:
+            edits.append(lambda e: arrive_mid_prompt(e.workload, e.mid_prompt, e.held, rng, self.limits))
+        return edits

@@ -37,6 +37,13 @@ class TraceFeatures:
     - per request across steps, the kind of its last event before the step and
       the first in it (resumed, then preempted again), and how often it was
       preempted and resumed (bucketed);
+    - who preempts whom: for each preemption, the phase of the victim and of the
+      request it was preempted for (in its prompt or past it, by the prefills
+      the trace reports), whether the victim came into the running set first,
+      and which of the two is more urgent (priority, then arrival); and, after
+      each step, the same relations for each pair of running requests in the
+      order they came in, with the pool's occupancy in quarters (the states
+      from which a scheduler preempts a request it has already scheduled);
     - prefix-cache hits on admission and resumption: after a preemption or not,
       in buckets, and whether the request that computed a hit page's tokens
       first had finished or been preempted by then;
@@ -53,11 +60,37 @@ class TraceFeatures:
         self.preempted: Counter[str] = Counter()
         self.resumed: Counter[str] = Counter()
         self.first_holder: dict[tuple[int, ...], str] = {}   # a page's tokens -> the request that worked on it first
-        self.prompts: dict[str, tuple[int, ...]] = {}
+        self.specs: dict[str, RequestSpec] = {}
+        self.prompt_done: dict[str, int] = {}     # request -> prompt positions its prefills reached since it came in
+        self.came_in: dict[str, int] = {}         # request -> when it last came in (admissions and resumptions counted)
+        self.comings = 0
+        self.chunk: dict[str, int] = {}           # request -> the size of its last prefill chunk
 
-    def submitted(self, rid: str, prompt: tuple[int, ...]) -> None:
-        self.prompts[rid] = prompt
-        self.status[rid] = "waiting"
+    def submitted(self, spec: RequestSpec) -> None:
+        self.specs[spec.rid] = spec
+        self.status[spec.rid] = "waiting"
+
+    def phase(self, rid: str | None) -> str:
+        """"output" once a running request's prefills reached its prompt's end;
+        before, "prompt" and the size of its last prefill chunk against a page
+        (1, <page, page, >page: whether its next chunk can complete a page and
+        run into the next); "unknown" for no request."""
+        if rid not in self.specs:
+            return "unknown"
+        if self.prompt_done.get(rid, 0) >= len(self.specs[rid].prompt):
+            return "output"
+        n = self.chunk.get(rid, 0)
+        return "prompt " + ("1" if n <= 1 else "<page" if n < self.block_size else "page" if n == self.block_size
+                            else ">page")
+
+    def relation(self, a: str, b: str | None) -> tuple[bool | None, str]:
+        """Whether `a` came into the running set before `b`, and whether it is
+        more, less or as urgent (None, "unknown" when `b` is unknown)."""
+        if b not in self.specs:
+            return None, "unknown"
+        first = self.came_in.get(a, -1) < self.came_in.get(b, -1)
+        ka, kb = self.specs[a].key[:2], self.specs[b].key[:2]
+        return first, "more" if ka < kb else "less" if ka > kb else "same"
 
     def fold(self, events: list[Event], blocks_held: int) -> None:
         """One step's events and the blocks held after it."""
@@ -78,31 +111,43 @@ class TraceFeatures:
         for kinds_of_request in per_request.values():
             found.add(("in-step", tuple(kinds_of_request)))
         waiting = sum(s in ("waiting", "preempted") for s in self.status.values())
-        running = sum(s == "running" for s in self.status.values())
-        found.add(("occupancy", min(8, 8 * blocks_held // self.num_blocks), bucket(waiting), bucket(running)))
+        running = sorted((r for r, s in self.status.items() if s == "running"), key=lambda r: self.came_in.get(r, -1))
+        found.add(("occupancy", min(8, 8 * blocks_held // self.num_blocks), bucket(waiting), bucket(len(running))))
+        quarter = min(4, 4 * blocks_held // self.num_blocks)
+        for i, a in enumerate(running):
+            for b in running[i + 1:]:
+                found.add(("running-pair", self.phase(a), self.phase(b), self.relation(a, b)[1], quarter))
 
     def _request_event(self, e: Event) -> None:
         found, rid = self.found, e.rid
         if e.kind in ("admit", "resume"):
             hits = e.args[0]
+            self.came_in[rid], self.comings = self.comings, self.comings + 1
+            self.prompt_done[rid] = hits * self.block_size
             if e.kind == "resume":
                 self.resumed[rid] += 1
                 found.add(("resumed", bucket(self.resumed[rid]), bucket(self.preempted[rid])))
             if hits:
                 found.add(("hit", e.kind, bucket(hits), self.preempted[rid] > 0))
                 for k in range(hits):
-                    owner = self.first_holder.get(self.prompts[rid][:(k + 1) * self.block_size])
+                    owner = self.first_holder.get(self.specs[rid].prompt[:(k + 1) * self.block_size])
                     if owner is not None and owner != rid:
                         found.add(("hit-page-of", e.kind, self.status.get(owner)))
             self.status[rid] = "running"
         elif e.kind == "preempt":
             self.preempted[rid] += 1
             self.status[rid] = "preempted"
-            found.add(("preempted", bucket(self.preempted[rid]), e.args[0] == rid, self.last.get(rid)))
+            by = e.args[0]
+            found.add(("preempted", bucket(self.preempted[rid]), by == rid, self.last.get(rid)))
+            if by != rid:
+                found.add(("preempt-of", self.phase(rid), self.phase(by), *self.relation(rid, by)))
+            self.prompt_done[rid] = 0
         elif e.kind in WORK:
             self.status[rid] = "running"
             if e.kind == "prefill":
-                prompt = self.prompts[rid]
+                prompt = self.specs[rid].prompt
+                self.prompt_done[rid] = max(self.prompt_done.get(rid, 0), e.args[1])
+                self.chunk[rid] = e.args[1] - e.args[0]
                 for end in range(self.block_size, min(e.args[1], len(prompt)) + 1, self.block_size):
                     self.first_holder.setdefault(prompt[:end], rid)
         elif e.kind == "finish":
@@ -128,7 +173,7 @@ def run_features(num_blocks: int, block_size: int, specs: list[RequestSpec], tra
         by_step.setdefault(spec.arrival, []).append(spec)
     for t, events in enumerate(trace):
         for spec in by_step.get(t, ()):
-            features.submitted(spec.rid, spec.prompt)
+            features.submitted(spec)
         features.fold(events, held[t] if t < len(held) else 0)
     if edges:
         features.add_edges(edges)

@@ -20,6 +20,7 @@ from typing import Any
 from loopcheck.fuzz.shrink import shifted, with_request
 from loopcheck.fuzz.strategies import OFF, ON, VOCAB, Shape
 from loopcheck.model.errors import WorkloadError
+from loopcheck.model.events import Event
 from loopcheck.model.reference import never_fits
 from loopcheck.model.workload import RequestSpec, Workload
 
@@ -224,6 +225,65 @@ def stop_at_output(w: Workload, outputs: dict[str, tuple[int, ...]], rng: random
     tokens = outputs[w.requests[i].rid]
     stop = tokens[0] if rng.random() < 0.5 else rng.choice(tokens)
     return with_request(w, i, replace(w.requests[i], stop_token=stop))
+
+
+def follow_up(w: Workload, outputs: dict[str, tuple[int, ...]], rng: random.Random) -> Workload:
+    """A next turn of a conversation: a new request whose prompt is a request's
+    prompt, the first tokens its run produced (up to near a page boundary) and a
+    few fresh tokens, arriving after that request did, read off the run. A
+    scheduler that shares pages it has not computed yet, or keeps a page of
+    outputs it dropped, hands such a request what it never wrote."""
+    produced = [i for i, r in enumerate(w.requests) if outputs.get(r.rid)]
+    if not produced or len(w.requests) >= MAX_REQUESTS:
+        return w
+    src = w.requests[rng.choice(produced)]
+    tokens = outputs[src.rid]
+    turn = src.prompt + tokens
+    head = turn[:max(len(src.prompt) + 1, _near_page(len(turn), w.config.block_size, rng))]
+    prompt = head + tuple(rng.randrange(VOCAB) for _ in range(rng.randint(0, 2 * w.config.block_size)))
+    spec = RequestSpec(_fresh_id(w), prompt[:MAX_PROMPT], rng.randint(1, 6),
+                       arrival=src.arrival + rng.randint(1, len(src.prompt) + len(tokens) + 2),
+                       priority=src.priority + rng.choice((-1, 0, 1)), stop_token=src.stop_token)
+    return Workload(w.config, w.requests + (spec,))
+
+
+def mid_prompt(trace: list[list[Event]], w: Workload) -> list[tuple[int, str]]:
+    """(step, request) where the trace has a request compute part of its prompt
+    and not its end: the moments a scheduler holds a prompt half done."""
+    lengths = {r.rid: len(r.prompt) for r in w.requests}
+    return [(t, e.rid) for t, events in enumerate(trace) for e in events
+            if e.kind == "prefill" and e.args[1] < lengths.get(e.rid, 0)]
+
+
+def arrive_mid_prompt(w: Workload, moments: list[tuple[int, str]], held: list[int], rng: random.Random,
+                      limits: Limits) -> Workload:
+    """Contention while a prompt is half done: a new request arriving after a step
+    where a request computed part of its prompt, not its end, in the parent's run
+    (read off its trace; so it comes in after that request, whose prompt is still
+    in flight), more urgent than it where the shape draws priorities (priority
+    preemption switched on, unless the system pins it), with a prompt of up to
+    two pages that shares that request's first pages or not; and the pool cut
+    to the most the run held up to that step (so the run up to it stays as it
+    was) plus up to the new request's pages and one, so that the two contend for
+    it while the first prompt is in flight."""
+    if not moments or len(w.requests) >= MAX_REQUESTS:
+        return w
+    t, rid = rng.choice(moments)
+    src = next(r for r in w.requests if r.rid == rid)
+    cfg, bs = w.config, w.config.block_size
+    fresh = tuple(rng.randrange(VOCAB) for _ in range(rng.randint(1, 2 * bs)))
+    prompt = (src.prompt[:_near_page(len(src.prompt), bs, rng)] + fresh if rng.random() < 0.3 else fresh)[:MAX_PROMPT]
+    urgent = limits.shape.priorities == ON
+    spec = RequestSpec(_fresh_id(w), prompt, rng.randint(1, 6), arrival=t + 1,
+                       priority=src.priority - urgent, stop_token=src.stop_token)
+    changes: dict[str, Any] = {}
+    if t < len(held) and "num_blocks" not in limits.pinned:
+        pages = -(-len(prompt) // bs)
+        peak = max(held[:t + 1])   # the most the run held up to the moment: the run up to it stays as it was
+        changes["num_blocks"] = max(cfg.planes, cfg.planes * (peak // cfg.planes + rng.randint(0, pages + 1)))
+    if urgent and "priority_preemption" not in limits.pinned:
+        changes["priority_preemption"] = True
+    return _config(Workload(cfg, w.requests + (spec,)), **changes) or w
 
 
 def mutate(w: Workload, rng: random.Random, limits: Limits, tries: int = 20) -> Workload | None:

@@ -16,7 +16,7 @@ from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.features import bucket, run_features
-from loopcheck.fuzz.mutate import Limits, mutate, share_prefix, stop_at_output
+from loopcheck.fuzz.mutate import Limits, arrive_mid_prompt, follow_up, mid_prompt, mutate, share_prefix, stop_at_output
 from loopcheck.fuzz.strategies import Shape
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event
@@ -69,6 +69,60 @@ def test_features_name_what_the_trace_did() -> None:
     assert ("resumed", 1, 1) in found
     assert ("edge", ("f.py", 1, 0, 2)) in found and ("edge-hits", ("f.py", 1, 0, 2), 4) in found
     assert [bucket(n) for n in (0, 1, 3, 4, 7, 8, 100)] == [0, 1, 3, 4, 4, 8, 64]
+
+
+def test_features_name_who_preempts_whom_and_in_which_phase() -> None:
+    """A request taken out while its prompt is half done, for one that came in
+    after it and is more urgent (the window where a scheduler preempts a request
+    it has already put in the step's batch); and the running pairs before it."""
+    v = RequestSpec("v", tuple(range(12)), 2, priority=2)
+    h = RequestSpec("h", (40, 41), 3, arrival=1, priority=1)
+    trace = [[Event("arrive", "v"), Event("admit", "v", (0,)), Event("prefill", "v", (0, 3, 1))],
+             [Event("arrive", "h"), Event("prefill", "v", (3, 6, 1)), Event("admit", "h", (0,)),
+              Event("prefill", "h", (0, 2, 1))],
+             [Event("preempt", "v", ("h", True)), Event("token", "h", (0, 5, 1))]]
+    found = run_features(8, 4, [v, h], trace, [1, 3, 2])
+    assert ("preempt-of", "prompt <page", "output", True, "less") in found
+    assert ("running-pair", "prompt <page", "output", "less", 1) in found    # after step 1: v then h, 3/8 held
+    assert not any(f[0] == "preempt-of" and f[1] == "output" for f in found)
+    self_preempted = run_features(8, 4, [v], [trace[0], [Event("preempt", "v", ("v", True))]], [1, 0])
+    assert not any(f[0] == "preempt-of" for f in self_preempted)   # preempting itself is its own feature
+    unnamed = run_features(8, 4, [v], [trace[0], [Event("preempt", "v", (None, True))]], [1, 0])
+    assert ("preempt-of", "prompt <page", "unknown", None, "unknown") in unnamed
+
+
+def test_an_arrival_while_a_prompt_is_half_done_contends_with_it() -> None:
+    """The new request arrives the step after one where a prompt was half done
+    (by the parent's trace), more urgent than it, with priority preemption on and
+    the pool cut to what the run held then plus at most the new prompt's pages and
+    one; with priorities off it is as urgent, and a pinned pool stays."""
+    v = RequestSpec("v", tuple(range(12)), 2, priority=2)
+    w = Workload(replace(CFG, priority_preemption=False), (v, RequestSpec("d", (9,), 1)))
+    trace = [[Event("admit", "v", (0,)), Event("prefill", "v", (0, 4, 1))], [Event("prefill", "v", (4, 8, 1))],
+             [Event("prefill", "v", (8, 12, 1))], [Event("token", "v", (0, 1, 1))]]
+    moments = mid_prompt(trace, w)
+    assert moments == [(0, "v"), (1, "v")]
+    rng = random.Random(5)
+    for _ in range(50):
+        m = arrive_mid_prompt(w, moments, [2, 4, 6, 6], rng, Limits(Shape(), PINNED))
+        new = m.requests[-1]
+        assert new.arrival in (1, 2) and new.priority == 1 and m.config.priority_preemption
+        pages = -(-len(new.prompt) // CFG.block_size)
+        assert [2, 4][new.arrival - 1] <= m.config.num_blocks <= [2, 4][new.arrival - 1] + pages + 1
+    flat = arrive_mid_prompt(w, moments, [2, 4], rng, Limits(Shape.parse("priorities=off"), {"num_blocks": 12}))
+    assert flat.requests[-1].priority == 2 and flat.config.num_blocks == 12
+    assert not flat.config.priority_preemption
+
+
+def test_a_next_turn_is_a_prompt_and_what_its_run_produced() -> None:
+    a = RequestSpec("a", (1, 2, 3), 4, arrival=2)
+    w = Workload(CFG, (a,))
+    rng = random.Random(3)
+    for _ in range(40):
+        turn = follow_up(w, {"a": (7, 8, 9, 10)}, rng).requests[-1]
+        k = next((i for i in range(4) if turn.prompt[3 + i:4 + i] != (7 + i,)), 4)
+        assert turn.prompt[:3] == (1, 2, 3) and k >= 1 and turn.arrival > a.arrival
+    assert follow_up(w, {}, rng) == w   # nothing produced: nothing to follow
 
 
 def test_mutants_keep_to_the_shape_and_the_pinned_fields() -> None:
