@@ -248,3 +248,30 @@ class PromptOnly(Check):
             elif e.kind == "finish" and e.args[0] == "length" and not self.computed.get(e.rid, False):
                 raise Violation("work", f"{e}: {e.rid} has max_tokens 0 and finished for length before its prompt "
                                         f"({prompt} positions) was computed at every depth")
+
+
+NO_CACHE_VIEW = "the system does not report its prefix cache's pages (capabilities.cached_pages)"
+
+
+class CachedPages(Check):
+    """What a prefix cache holds is content computed in this run: after every
+    step, each page the system reports cached (`Observation.cached_pages`, the
+    tokens at positions 0 to the page's end) is one some request's prefill or
+    decode completed, in that step or before (`TraceView.computed_pages`): a page
+    registered for work that was then not done is found when it is cached, not
+    only if a later request hits it (`PrefixHits`). Runs where the system reports
+    its cache (`capabilities.cached_pages`)."""
+
+    props = ("prefix-hits",)
+    label = "prefix-hits (cached pages)"   # (so that "not run" does not read as the hit rule's)
+
+    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
+        return None if caps.cached_pages else NO_CACHE_VIEW
+
+    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+        computed, bs = driver.view.computed_pages, driver.cfg.block_size
+        for page in obs.cached_pages:
+            if hash(page) not in computed:
+                raise Violation("prefix-hits", f"the prefix cache holds page {len(page) // bs - 1} of tokens "
+                                               f"{list(page)} (positions 0..{len(page)}), which no request has "
+                                               f"computed")

@@ -1,11 +1,13 @@
 """The corpus: workloads whose runs showed something no earlier run of the
 campaign showed (fuzz/features.py), and rounds of structured mutations of them
-(fuzz/mutate.py), aimed at what is rare: each round picks a target among the
-rarest features seen so far (code edges and event patterns, counted over every
-run), and mutates entries whose runs showed it, so that the search stays near
-the rare state and goes a step further from there (as FairFuzz aims AFL at
-rare branches); a share of each round mutates entries picked by energy, the
-rarity of what they showed first.
+(fuzz/mutate.py), aimed at what is rare: each round picks a kind of feature
+(code edges, or one kind of event pattern) and a target among its rarest
+features seen so far (counted over every run), and mutates entries whose runs
+showed it, so that the search stays near the rare state and goes a step further
+from there (as FairFuzz aims AFL at rare branches); a share of each round
+mutates entries picked by energy, the rarity of what they showed first. Half of
+the mutants that do not splice two entries are one edit read off the parent's
+own run (`Corpus.run_edits`).
 
 Guidance from the system itself, with no model of it: it works for any system
 behind the protocol. Entries are kept in the example database under a key of
@@ -25,13 +27,22 @@ from dataclasses import dataclass
 from hypothesis.database import ExampleDatabase
 
 from loopcheck.fuzz.features import NOVELTY_ONLY, Feature
-from loopcheck.fuzz.mutate import Limits, arrive_mid_prompt, follow_up, mutate, splice, stop_at_output
+from loopcheck.fuzz.mutate import (
+    Limits,
+    RunNotes,
+    abort_after_preemption,
+    arrive_mid_prompt,
+    follow_up,
+    mutate,
+    splice,
+    stop_at_output,
+)
 from loopcheck.fuzz.strategies import ON
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import Workload, workload_from_json
 
 LOADED = 200   # entries a campaign takes from the database at most (the first, in sorted order)
-RAREST = 16    # a round's target is one of this many rarest features
+RAREST = 4     # a round's target is one of this many rarest features of a kind
 SPLICED = 0.25  # the share of mutants that start from a parent spliced with another entry
 READ_OFF = 0.5  # the share of the others that are one edit read off the parent's run (`run_edits`)
 
@@ -40,9 +51,7 @@ READ_OFF = 0.5  # the share of the others that are one edit read off the parent'
 class Entry:
     workload: Workload
     new: frozenset[Feature]                       # the features its run showed first
-    outputs: dict[str, tuple[int, ...]]           # the tokens its run gave each request
-    mid_prompt: list[tuple[int, str]]             # (step, request) where its run had a prompt half done
-    held: list[int]                               # the blocks its run held after each step
+    run: RunNotes                                 # what its run did, for the edits read off it
 
 
 class Corpus:
@@ -58,24 +67,23 @@ class Corpus:
         self.entries: list[Entry] = []
         self.counts: Counter[Feature] = Counter()
         self.showing: dict[Feature, list[int]] = {}   # aimable feature -> entries whose runs showed it
+        self.of_kind: dict[str, list[Feature]] = {}   # kind -> its aimable features, in the order first seen
         self.rng = random.Random(seed)
         self.rounds = 0
 
-    def note(self, workload: Workload, features: set[Feature],
-             outputs: dict[str, tuple[int, ...]] | None = None,
-             mid_prompt: list[tuple[int, str]] | None = None, held: list[int] | None = None) -> bool:
-        """Count a run's features; keep its workload, with the tokens its run gave
-        each request, if it showed a new one (and save it in the database).
-        Whether it was kept."""
+    def note(self, workload: Workload, features: set[Feature], run: RunNotes | None = None) -> bool:
+        """Count a run's features; keep its workload, with what its run did, if
+        it showed a new one (and save it in the database). Whether it was kept."""
         new = frozenset(f for f in features if f not in self.counts)
         self.counts.update(features)
         if not new:
             return False
         index = len(self.entries)
-        self.entries.append(Entry(workload, new, outputs or {}, mid_prompt or [], list(held or ())))
+        self.entries.append(Entry(workload, new, run or RunNotes()))
         aimable = [f for f in features if f[0] not in NOVELTY_ONLY]
         for f in sorted((f for f in aimable if f not in self.showing), key=repr):   # (the same order in any process)
             self.showing[f] = []
+            self.of_kind.setdefault(f[0], []).append(f)
         for f in aimable:
             self.showing[f].append(index)
         if self.database is not None and self.key is not None:
@@ -102,12 +110,14 @@ class Corpus:
         return math.fsum(1.0 / self.counts[f] for f in entry.new)   # (exact: the same in any order)
 
     def target(self) -> Feature | None:
-        """One of the RAREST aimable features by how many runs showed them (ties in
-        the order first seen), chosen at random; None before any."""
-        if not self.showing:
+        """A kind of feature at random (code edges, each kind of event pattern:
+        each gets the same share of rounds, however many features it has), then
+        one of its RAREST aimable features by how many runs showed them (ties in
+        the order first seen); None before any."""
+        if not self.of_kind:
             return None
-        rarest = sorted(self.showing, key=self.counts.__getitem__)[:RAREST]
-        return self.rng.choice(rarest)
+        kind = self.rng.choice(sorted(self.of_kind))
+        return self.rng.choice(sorted(self.of_kind[kind], key=self.counts.__getitem__)[:RAREST])
 
     def next_round(self) -> list[Workload]:
         """`per_round` mutants (fewer where mutation keeps failing): half of
@@ -139,14 +149,17 @@ class Corpus:
     def run_edits(self, parent: Entry) -> list[Callable[[Entry], Workload]]:
         """The edits that read what the parent's run did and the shape allows: a
         stop token it produced, a next turn of a request (its prompt and outputs),
-        an arrival while a prompt was half done. Each is a mutant by itself (random
-        edits on top would move the run away from what it read)."""
-        rng, shape = self.rng, self.limits.shape
+        an arrival while a prompt was half done, an abort the step after a
+        preemption. Each is a mutant by itself (random edits on top would move
+        the run away from what it read)."""
+        rng, shape, run = self.rng, self.limits.shape, parent.run
         edits: list[Callable[[Entry], Workload]] = []
-        if parent.outputs and shape.stop_tokens == ON:
-            edits.append(lambda e: stop_at_output(e.workload, e.outputs, rng))
-        if parent.outputs and shape.prefixes == ON:
-            edits.append(lambda e: follow_up(e.workload, e.outputs, rng))
-        if parent.mid_prompt:
-            edits.append(lambda e: arrive_mid_prompt(e.workload, e.mid_prompt, e.held, rng, self.limits))
+        if run.outputs and shape.stop_tokens == ON:
+            edits.append(lambda e: stop_at_output(e.workload, e.run.outputs, rng))
+        if run.outputs and shape.prefixes == ON:
+            edits.append(lambda e: follow_up(e.workload, e.run.outputs, rng))
+        if run.mid_prompt:
+            edits.append(lambda e: arrive_mid_prompt(e.workload, e.run.mid_prompt, e.run.held, rng, self.limits))
+        if run.preemptions and shape.aborts == ON and self.limits.can_abort:
+            edits.append(lambda e: abort_after_preemption(e.workload, e.run.preemptions, rng))
         return edits

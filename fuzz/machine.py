@@ -23,7 +23,7 @@ from loopcheck.checks.base import Violation, ignored, matches
 from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.features import run_features
-from loopcheck.fuzz.mutate import mid_prompt
+from loopcheck.fuzz.mutate import RunNotes
 from loopcheck.fuzz.strategies import DEFAULT_SHAPE, VOCAB, Shape, request_bodies
 from loopcheck.model.config import Config
 from loopcheck.model.errors import StopRequest, WorkloadError
@@ -104,8 +104,9 @@ class Stats:
             self.corpus.note(driver.workload(), run_features(cfg.num_blocks, cfg.block_size, driver.specs,
                                                              driver.trace, self.held, driver.coverage and
                                                              driver.coverage.edges),
-                             {rid: tuple(r.token_ids) for rid, r in driver.view.requests.items()},
-                             mid_prompt(driver.trace, driver.workload()), self.held)
+                             RunNotes.of(driver.workload(), driver.trace,
+                                         {rid: tuple(r.token_ids) for rid, r in driver.view.requests.items()},
+                                         self.held))
         broken, ended = ignored(driver.checks), driver.ended_by
         direct = ended is not None and matches(ended, driver.ignore) and not broken
         self.ignored.update({v.signature for _, v in broken} | ({ended.signature} if direct else set()))

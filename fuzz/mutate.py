@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loopcheck.fuzz.shrink import shifted, with_request
@@ -247,12 +247,39 @@ def follow_up(w: Workload, outputs: dict[str, tuple[int, ...]], rng: random.Rand
     return Workload(w.config, w.requests + (spec,))
 
 
-def mid_prompt(trace: list[list[Event]], w: Workload) -> list[tuple[int, str]]:
-    """(step, request) where the trace has a request compute part of its prompt
-    and not its end: the moments a scheduler holds a prompt half done."""
-    lengths = {r.rid: len(r.prompt) for r in w.requests}
-    return [(t, e.rid) for t, events in enumerate(trace) for e in events
-            if e.kind == "prefill" and e.args[1] < lengths.get(e.rid, 0)]
+@dataclass(frozen=True)
+class RunNotes:
+    """What edits read off a run (`run_edits` in fuzz/corpus.py): the tokens it
+    gave each request; (step, request) where a request computed part of its
+    prompt, not its end (a prompt half done); (step, victim, requester) of each
+    preemption (requester None where the system does not name it); the blocks
+    held after each step."""
+
+    outputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    mid_prompt: list[tuple[int, str]] = field(default_factory=list)
+    preemptions: list[tuple[int, str, str | None]] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, w: Workload, trace: list[list[Event]], outputs: dict[str, tuple[int, ...]],
+           held: list[int]) -> RunNotes:
+        lengths = {r.rid: len(r.prompt) for r in w.requests}
+        steps = list(enumerate(trace))
+        return cls(outputs, [(t, e.rid) for t, events in steps for e in events
+                             if e.kind == "prefill" and e.args[1] < lengths.get(e.rid, 0)],
+                   [(t, e.rid, e.args[0]) for t, events in steps for e in events if e.kind == "preempt"], list(held))
+
+
+def abort_after_preemption(w: Workload, preemptions: list[tuple[int, str, str | None]],
+                           rng: random.Random) -> Workload:
+    """An abort, the step after a preemption in the parent's run, of the request
+    it was for (what that request held goes back to the pool while the victim
+    waits: the pool stays as the preemption left it until the victim comes back)
+    or of the victim (an abort of a preempted request)."""
+    t, victim, requester = rng.choice(preemptions)
+    rid = requester if requester not in (None, victim) and rng.random() < 0.5 else victim
+    i = next((i for i, r in enumerate(w.requests) if r.rid == rid), None)
+    return w if i is None else with_request(w, i, replace(w.requests[i], abort_at=t + 1))
 
 
 def arrive_mid_prompt(w: Workload, moments: list[tuple[int, str]], held: list[int], rng: random.Random,
@@ -274,7 +301,7 @@ def arrive_mid_prompt(w: Workload, moments: list[tuple[int, str]], held: list[in
     fresh = tuple(rng.randrange(VOCAB) for _ in range(rng.randint(1, 2 * bs)))
     prompt = (src.prompt[:_near_page(len(src.prompt), bs, rng)] + fresh if rng.random() < 0.3 else fresh)[:MAX_PROMPT]
     urgent = limits.shape.priorities == ON
-    spec = RequestSpec(_fresh_id(w), prompt, rng.randint(1, 6), arrival=t + 1,
+    spec = RequestSpec(_fresh_id(w), prompt, rng.choice((1, 1, rng.randint(1, 6))), arrival=t + 1,
                        priority=src.priority - urgent, stop_token=src.stop_token)
     changes: dict[str, Any] = {}
     if t < len(held) and "num_blocks" not in limits.pinned:

@@ -78,6 +78,9 @@ class Capabilities:
       example ("prompt_only",) for an API that refuses max_tokens 0) the system's
       API refuses: they are never drawn for it (a request it refuses anyway is
       `Refused` at `add`).
+    cached_pages: `Observation.cached_pages` lists what the prefix cache holds
+      (the cached-page rule of `prefix-hits` runs after every step, not only
+      when a page is hit).
     """
 
     kv: bool = False
@@ -91,6 +94,7 @@ class Capabilities:
     block_tables: bool = False
     code: tuple[str, ...] = ()
     refuses: tuple[str, ...] = ()
+    cached_pages: bool = False
 
 
 @dataclass
@@ -106,6 +110,9 @@ class Observation:
     block_tables: per request holding KV blocks, its pages in position order (page k
       holds positions k * block_size onwards), each the ids of its blocks (one per
       plane); ids name blocks of the pool, any ints.
+    cached_pages: the pages the prefix cache holds (held or cache-only), each as
+      the tokens at positions 0 to its end that it stands for (a page of a
+      prefix cache keyed by prefix stands for its whole prefix).
     """
 
     blocks_held: int = 0
@@ -115,6 +122,7 @@ class Observation:
     unfinished: bool = False
     state_key: Hashable | None = None
     block_tables: dict[str, list[list[int]]] = field(default_factory=dict)
+    cached_pages: list[tuple[int, ...]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ class VllmSUT:
         self.cfg = cfg
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
                                          pinned=PINNED, block_tables=True, code=("vllm.v1.core",),
-                                         refuses=("prompt_only",))
+                                         refuses=("prompt_only",), cached_pages=True)
         bs = cfg.block_size
         long_prefill = cfg.prefill_chunk_size if cfg.prefill_chunk_size < cfg.max_num_batched_tokens else 0
         if cfg.max_num_batched_tokens < cfg.max_num_seqs:
@@ -77,6 +77,7 @@ class VllmSUT:
         self.aborts: list[str] = []
         self.outputs: dict[str, RequestOutput] = {}
         self.preempted: set[str] = set()
+        self.page_tokens: dict[bytes, tuple[int, ...]] = {}   # a block hash -> the tokens 0..page end it stands for
         self.steps = 0
         self.requesters: dict[str, str] = {}   # victim -> the request vLLM preempted it for, this step
         self._watch_preemptions()
@@ -145,6 +146,7 @@ class VllmSUT:
                 self.outputs[rid].finish_reason = "abort"
         self.requesters = {}
         so = self.scheduler.schedule()
+        self._name_pages()
         for rid in sorted(so.preempted_req_ids or ()):
             self.preempted.add(rid)
             by = self.requesters.get(rid)
@@ -196,7 +198,26 @@ class VllmSUT:
                tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free_ids)
         return Observation(blocks_held=self.cfg.num_blocks - len(free_ids), kv_errors=self._kv_errors(free_ids),
                            outputs=self.outputs, unfinished=bool(self.pending) or s.has_unfinished_requests(),
-                           state_key=key, block_tables=self._block_tables())
+                           state_key=key, block_tables=self._block_tables(), cached_pages=self._cached_pages())
+
+    def _name_pages(self) -> None:
+        """Remember the tokens each block hash of each request stands for (vLLM
+        registers a page's hash while it schedules, so every hash it caches is one
+        of a request known right after `schedule()`)."""
+        bs = self.cfg.block_size
+        for r in self.scheduler.requests.values():
+            tokens = r.all_token_ids
+            for k, h in enumerate(r.block_hashes):
+                if h not in self.page_tokens:
+                    self.page_tokens[h] = tuple(tokens[:(k + 1) * bs])
+
+    def _cached_pages(self) -> list[tuple[int, ...]]:
+        """The pages in vLLM's prefix cache (its hash-to-block map, one KV cache
+        group), each as the tokens it stands for, in a fixed order."""
+        from vllm.v1.core.kv_cache_utils import get_block_hash
+
+        cached = self.scheduler.kv_cache_manager.block_pool.cached_block_hash_to_block._cache
+        return sorted(self.page_tokens[get_block_hash(key)] for key in cached)
 
     def _block_tables(self) -> dict[str, list[list[int]]]:
         """Per request holding blocks, its blocks in page order (the one KV cache

@@ -16,7 +16,16 @@ from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.features import bucket, run_features
-from loopcheck.fuzz.mutate import Limits, arrive_mid_prompt, follow_up, mid_prompt, mutate, share_prefix, stop_at_output
+from loopcheck.fuzz.mutate import (
+    Limits,
+    RunNotes,
+    abort_after_preemption,
+    arrive_mid_prompt,
+    follow_up,
+    mutate,
+    share_prefix,
+    stop_at_output,
+)
 from loopcheck.fuzz.strategies import Shape
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event
@@ -100,7 +109,7 @@ def test_an_arrival_while_a_prompt_is_half_done_contends_with_it() -> None:
     w = Workload(replace(CFG, priority_preemption=False), (v, RequestSpec("d", (9,), 1)))
     trace = [[Event("admit", "v", (0,)), Event("prefill", "v", (0, 4, 1))], [Event("prefill", "v", (4, 8, 1))],
              [Event("prefill", "v", (8, 12, 1))], [Event("token", "v", (0, 1, 1))]]
-    moments = mid_prompt(trace, w)
+    moments = RunNotes.of(w, trace, {}, []).mid_prompt
     assert moments == [(0, "v"), (1, "v")]
     rng = random.Random(5)
     for _ in range(50):
@@ -112,6 +121,21 @@ def test_an_arrival_while_a_prompt_is_half_done_contends_with_it() -> None:
     flat = arrive_mid_prompt(w, moments, [2, 4], rng, Limits(Shape.parse("priorities=off"), {"num_blocks": 12}))
     assert flat.requests[-1].priority == 2 and flat.config.num_blocks == 12
     assert not flat.config.priority_preemption
+
+
+def test_an_abort_the_step_after_a_preemption_takes_the_requester_or_the_victim() -> None:
+    w = Workload(CFG, (RequestSpec("v", (1, 2, 3), 2), RequestSpec("h", (4,), 1, arrival=1, priority=-1)))
+    trace = [[Event("admit", "v", (0,))], [Event("admit", "h", (0,))], [Event("preempt", "v", ("h", True))]]
+    notes = RunNotes.of(w, trace, {}, [1, 2, 2])
+    assert notes.preemptions == [(2, "v", "h")]
+    rng = random.Random(0)
+    aborted = set()
+    for _ in range(30):
+        m = abort_after_preemption(w, notes.preemptions, rng)
+        aborted |= {(r.rid, r.abort_at) for r in m.requests if r.abort_at is not None}
+    assert aborted == {("v", 3), ("h", 3)}
+    unnamed = abort_after_preemption(w, [(2, "v", None)], rng)
+    assert [(r.rid, r.abort_at) for r in unnamed.requests] == [("v", 3), ("h", None)]
 
 
 def test_a_next_turn_is_a_prompt_and_what_its_run_produced() -> None:
@@ -179,6 +203,7 @@ def test_the_corpus_keeps_what_is_new_and_aims_at_what_is_rare() -> None:
     assert ("occupancy", 1) not in corpus.showing   # novelty only: never a target
     twin = Corpus(limits, seed=3)
     twin.entries, twin.counts, twin.showing = list(corpus.entries), Counter(corpus.counts), dict(corpus.showing)
+    twin.of_kind = {kind: list(features) for kind, features in corpus.of_kind.items()}
     assert twin.next_round() == corpus.next_round()   # the same seed and state: the same round
     assert corpus.target() in (("edge", "rare"), ("edge", "common"))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from loopcheck.checks.lifecycle import CachedPages
 from loopcheck.checks.rules import DocumentedRules
 from loopcheck.checks.suite import CheckSet, checks_for
 from loopcheck.cli import main
@@ -128,6 +129,18 @@ def test_a_hit_on_a_page_another_request_computes_in_the_same_step_is_no_stale_r
     step4 = [(e.kind, e.rid, e.args) for e in run.driver.trace[4]]
     assert ("admit", "r10", (1,)) in step4 and ("finish", "r9", ("length",)) in step4
     assert run.violation is None and run.drained
+
+
+def test_a_page_registered_for_work_taken_out_of_the_step_is_found_when_cached() -> None:
+    """vLLM reports its prefix cache: the page it registered for r2's chunk, which
+    the preemption took out of the step, is found at that step (5) by the
+    cached-page rule; without that rule, only when r2's resumption hits it (6)."""
+    w = load_workload(Path("examples/vllm/uncomputed_prefix_hit.json"))
+    cached = run_workload(w, factory(), checks_for("property")).violation
+    assert cached.prop == "prefix-hits" and cached.step == 5 and "the prefix cache holds page 4" in cached.message
+    hit_only = [c for c in checks_for("property") if not isinstance(c, CachedPages)]
+    hit = run_workload(w, factory(), hit_only).violation
+    assert hit.prop == "prefix-hits" and hit.step == 6 and "hit page 4 of r2" in hit.message
 
 
 def test_a_preemption_names_the_request_vllm_was_allocating_for() -> None:

@@ -118,8 +118,9 @@ class HashScheduler:
             raise ValueError(f"unknown bugs: {sorted(unknown)}")
         self.cfg, self.bugs = cfg, bugs
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
-                                         pinned=PINNED, block_tables=True, code=(__name__,))
+                                         pinned=PINNED, block_tables=True, code=(__name__,), cached_pages=True)
         self.table = BlockTable(cfg.num_blocks, bugs)
+        self.page_tokens: dict[int, tuple[int, ...]] = {}   # a hash-table key -> the tokens it was made of
         self.seqs: dict[str, Seq] = {}
         self.waiting: list[Seq] = []
         self.running: list[Seq] = []
@@ -167,7 +168,8 @@ class HashScheduler:
                tuple(self.table.free), tuple(self.table.lru), tuple(sorted(self.table.by_hash.items())))
         return Observation(blocks_held=held, outputs=outputs, state_key=key,
                            unfinished=bool(self.arrivals) or any(s.done is None for s in self.seqs.values()),
-                           block_tables={s.spec.rid: [[b] for b in s.blocks] for s in self.running})
+                           block_tables={s.spec.rid: [[b] for b in s.blocks] for s in self.running},
+                           cached_pages=sorted(self.page_tokens[k] for k in self.table.by_hash))
 
     # ----- one step ----------------------------------------------------------------------
     def _order(self, s: Seq) -> tuple:
@@ -297,7 +299,9 @@ class HashScheduler:
         bs = self.cfg.block_size
         pages = upto // bs if "partial-hash" not in self.bugs else -(-upto // bs)
         for k in range(s.hashed, min(pages, len(s.blocks))):
-            self.table.register(hash(s.context((k + 1) * bs)), s.blocks[k])
+            tokens = s.context((k + 1) * bs)
+            self.page_tokens[hash(tokens)] = tokens
+            self.table.register(hash(tokens), s.blocks[k])
             s.hashed = k + 1
 
     def _run(self, batch: dict[str, int], events: list[Event]) -> None:
