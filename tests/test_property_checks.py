@@ -403,3 +403,26 @@ def test_a_token_that_exits_before_min_loops_is_caught_without_a_reference(tmp_p
         run_machine(ignores_min_loops, st.just(cfg), max_examples=50, shrink=False, mode="property",
                     out_dir=tmp_path)
     assert caught.value.prop == "work" and "outside min_loops..num_loops (2..3)" in str(caught.value)
+
+
+def test_a_page_cached_for_work_a_preemption_took_back_is_found_when_cached() -> None:
+    """The cached-page rule of prefix-hits, on a scheduler that reports its hash
+    table: with pages hashed when their chunk is scheduled (hashsched's eager-hash),
+    q0's third page is in the table after the step whose chunk q5's growth took
+    back; the same scheduler without the bug runs the workload clean. A system
+    that does not report its cache has the rule listed as not run."""
+    from benchmarks.subjects.hashsched import PINNED as HASHSCHED_PINNED
+    from benchmarks.subjects.hashsched import factory
+
+    cfg = Config(**{**Config().to_json(), **HASHSCHED_PINNED, "num_blocks": 4, "block_size": 3, "max_num_seqs": 3,
+                    "max_num_batched_tokens": 4, "prefill_chunk_size": 5, "priority_preemption": True,
+                    "prefix_caching": True, "max_bypasses": 4})
+    w = Workload(cfg, (RequestSpec("q0", (56, 6, 44, 51, 49, 56), 4, priority=2, stop_token=0),
+                       RequestSpec("q5", (27, 28), 3, arrival=3, priority=1, stop_token=0)))
+    v = run_workload(w, factory("eager-hash"), checks_for("property")).violation
+    assert v is not None and v.prop == "prefix-hits" and v.step == 5
+    assert "the prefix cache holds page 2 of tokens [56, 6, 44, 51, 49, 56, 46, 21, 49]" in v.message
+    clean = run_workload(w, factory(), checks_for("property"))
+    assert clean.violation is None and clean.drained
+    model = run_workload(w, ModelSUT, checks_for("property"))
+    assert "prefix-hits (cached pages)" in model.driver.skipped
