@@ -263,7 +263,11 @@ class CachedPages(Check):
     its cache (`capabilities.cached_pages`)."""
 
     props = ("prefix-hits",)
-    label = "prefix-hits (cached pages)"   # (so that "not run" does not read as the hit rule's)
+
+    @property
+    def label(self) -> str:
+        """Its property and rule, so that "not run" does not read as the hit rule's."""
+        return "prefix-hits (cached pages)"
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return None if caps.cached_pages else NO_CACHE_VIEW

@@ -122,9 +122,10 @@ class Corpus:
     def next_round(self) -> list[Workload]:
         """`per_round` mutants (fewer where mutation keeps failing): half of
         entries that showed the round's target, half of entries picked by
-        energy, a share SPLICED of them first spliced with another entry picked
-        by energy; none while the corpus is empty. The same for the same seed,
-        entries and counts."""
+        energy; a share SPLICED of them spliced with another entry picked by
+        energy, then mutated; of the others a share READ_OFF one edit read off
+        the parent's run (`run_edits`), the rest mutated; none while the corpus is
+        empty. The same for the same seed, entries and counts."""
         self.rounds += 1
         if not self.entries:
             return []
@@ -139,27 +140,27 @@ class Corpus:
                 child = mutate(spliced, self.rng, self.limits)
             else:
                 edits = self.run_edits(parent) if self.rng.random() < READ_OFF else []
-                child = self.rng.choice(edits)(parent) if edits else None
+                child = self.rng.choice(edits)() if edits else None
                 if child is None or child == parent.workload or not self.limits.allows(child):
                     child = mutate(parent.workload, self.rng, self.limits)
             if child is not None:
                 out.append(child)
         return out
 
-    def run_edits(self, parent: Entry) -> list[Callable[[Entry], Workload]]:
+    def run_edits(self, parent: Entry) -> list[Callable[[], Workload]]:
         """The edits that read what the parent's run did and the shape allows: a
         stop token it produced, a next turn of a request (its prompt and outputs),
         an arrival while a prompt was half done, an abort the step after a
         preemption. Each is a mutant by itself (random edits on top would move
         the run away from what it read)."""
-        rng, shape, run = self.rng, self.limits.shape, parent.run
-        edits: list[Callable[[Entry], Workload]] = []
+        rng, shape, run, w = self.rng, self.limits.shape, parent.run, parent.workload
+        edits: list[Callable[[], Workload]] = []
         if run.outputs and shape.stop_tokens == ON:
-            edits.append(lambda e: stop_at_output(e.workload, e.run.outputs, rng))
+            edits.append(lambda: stop_at_output(w, run.outputs, rng))
         if run.outputs and shape.prefixes == ON:
-            edits.append(lambda e: follow_up(e.workload, e.run.outputs, rng))
+            edits.append(lambda: follow_up(w, run.outputs, rng))
         if run.mid_prompt:
-            edits.append(lambda e: arrive_mid_prompt(e.workload, e.run.mid_prompt, e.run.held, rng, self.limits))
+            edits.append(lambda: arrive_mid_prompt(w, run.mid_prompt, run.held, rng, self.limits))
         if run.preemptions and shape.aborts == ON and self.limits.can_abort:
-            edits.append(lambda e: abort_after_preemption(e.workload, e.run.preemptions, rng))
+            edits.append(lambda: abort_after_preemption(w, run.preemptions, rng))
         return edits

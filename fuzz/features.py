@@ -10,6 +10,7 @@ Each feature is a tuple whose first item names its kind.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Hashable
 
@@ -63,7 +64,7 @@ class TraceFeatures:
         self.specs: dict[str, RequestSpec] = {}
         self.prompt_done: dict[str, int] = {}     # request -> prompt positions its prefills reached since it came in
         self.came_in: dict[str, int] = {}         # request -> when it last came in (admissions and resumptions counted)
-        self.comings = 0
+        self.comings = itertools.count()
         self.chunk: dict[str, int] = {}           # request -> the size of its last prefill chunk
 
     def submitted(self, spec: RequestSpec) -> None:
@@ -122,7 +123,7 @@ class TraceFeatures:
         found, rid = self.found, e.rid
         if e.kind in ("admit", "resume"):
             hits = e.args[0]
-            self.came_in[rid], self.comings = self.comings, self.comings + 1
+            self.came_in[rid] = next(self.comings)
             self.prompt_done[rid] = hits * self.block_size
             if e.kind == "resume":
                 self.resumed[rid] += 1

@@ -100,11 +100,10 @@ class Stats:
         self.not_run.update(driver.skipped.items())
         self.refused.update(driver.refused.values())
         if self.corpus is not None and driver.specs:
-            cfg = driver.cfg
-            self.corpus.note(driver.workload(), run_features(cfg.num_blocks, cfg.block_size, driver.specs,
-                                                             driver.trace, self.held, driver.coverage and
-                                                             driver.coverage.edges),
-                             RunNotes.of(driver.workload(), driver.trace,
+            cfg, workload = driver.cfg, driver.workload()
+            self.corpus.note(workload, run_features(cfg.num_blocks, cfg.block_size, driver.specs, driver.trace,
+                                                    self.held, driver.coverage and driver.coverage.edges),
+                             RunNotes.of(workload, driver.trace,
                                          {rid: tuple(r.token_ids) for rid, r in driver.view.requests.items()},
                                          self.held))
         broken, ended = ignored(driver.checks), driver.ended_by

@@ -278,8 +278,8 @@ def abort_after_preemption(w: Workload, preemptions: list[tuple[int, str, str | 
     or of the victim (an abort of a preempted request)."""
     t, victim, requester = rng.choice(preemptions)
     rid = requester if requester not in (None, victim) and rng.random() < 0.5 else victim
-    i = next((i for i, r in enumerate(w.requests) if r.rid == rid), None)
-    return w if i is None else with_request(w, i, replace(w.requests[i], abort_at=t + 1))
+    i = next(i for i, r in enumerate(w.requests) if r.rid == rid)   # (the run's requests are the workload's)
+    return with_request(w, i, replace(w.requests[i], abort_at=t + 1))
 
 
 def arrive_mid_prompt(w: Workload, moments: list[tuple[int, str]], held: list[int], rng: random.Random,
