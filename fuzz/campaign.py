@@ -158,7 +158,8 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
                  ) -> CampaignResult:
     """Replay the directed failures and the corpus the database kept, then run
     seeded batches, each followed by the rounds of the `guidance` (GUIDANCE;
-    default `default_guidance`), until a property breaks or the budget is
+    default `default_guidance`; the corpus's until they ran as many mutants as
+    a batch runs examples), until a property breaks or the budget is
     spent; then shrink the failure and write it. With `keep_going`, each finding
     is shrunk and written once and the search goes on with its signature (as
     found and as shrunk) ignored, until the budget is spent: every distinct bug,
@@ -195,8 +196,13 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
     def guided_rounds() -> None:
         if director is not None:
             run_recorded(director.next_round(stats.deadline), hunt)
-        if stats.corpus is not None and hunt.found is None:
-            run_recorded(((w, Counter()) for w in stats.corpus.next_round()), hunt)
+        made = 0   # corpus rounds until they ran as many mutants as a batch runs examples
+        while stats.corpus is not None and hunt.found is None and made < batch_examples and not stats.spent():
+            mutants = stats.corpus.next_round()
+            if not mutants:
+                break
+            made += len(mutants)
+            run_recorded(((w, Counter()) for w in mutants), hunt)
 
     batches = iter(range(10**9))
     try:

@@ -7,7 +7,8 @@ showed it, so that the search stays near the rare state and goes a step further
 from there (as FairFuzz aims AFL at rare branches); a share of each round
 mutates entries picked by energy, the rarity of what they showed first. Half of
 the mutants that do not splice two entries are one edit read off the parent's
-own run (`Corpus.run_edits`).
+own run (`Corpus.run_edits`). A campaign runs as many mutants of the corpus
+as fresh examples (fuzz/campaign.py).
 
 Guidance from the system itself, with no model of it: it works for any system
 behind the protocol. Entries are kept in the example database under a key of
@@ -34,6 +35,7 @@ from loopcheck.fuzz.mutate import (
     arrive_mid_prompt,
     follow_up,
     mutate,
+    regeometry_preemption,
     splice,
     stop_at_output,
 )
@@ -150,7 +152,8 @@ class Corpus:
     def run_edits(self, parent: Entry) -> list[Callable[[], Workload]]:
         """The edits that read what the parent's run did and the shape allows: a
         stop token it produced, a next turn of a request (its prompt and outputs),
-        an arrival while a prompt was half done, an abort the step after a
+        an arrival while a prompt was half done, a preemption of a half-done
+        prompt with other page and chunk numbers, an abort the step after a
         preemption. Each is a mutant by itself (random edits on top would move
         the run away from what it read)."""
         rng, shape, run, w = self.rng, self.limits.shape, parent.run, parent.workload
@@ -161,6 +164,8 @@ class Corpus:
             edits.append(lambda: follow_up(w, run.outputs, rng))
         if run.mid_prompt:
             edits.append(lambda: arrive_mid_prompt(w, run.mid_prompt, run.held, rng, self.limits))
+        if run.mid_prompt_preemptions:
+            edits.append(lambda: regeometry_preemption(w, run.mid_prompt_preemptions, rng, self.limits))
         if run.preemptions and shape.aborts == ON and self.limits.can_abort:
             edits.append(lambda: abort_after_preemption(w, run.preemptions, rng))
         return edits

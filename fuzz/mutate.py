@@ -248,26 +248,54 @@ def follow_up(w: Workload, outputs: dict[str, tuple[int, ...]], rng: random.Rand
 
 
 @dataclass(frozen=True)
+class MidPromptPreemption:
+    """A request preempted for another with its prompt half done: the step, the
+    victim, where its prefills since it came in started and reached, and in how
+    many chunks."""
+
+    step: int
+    victim: str
+    start: int
+    reached: int
+    chunks: int
+
+
+@dataclass(frozen=True)
 class RunNotes:
     """What edits read off a run (`run_edits` in fuzz/corpus.py): the tokens it
     gave each request; (step, request) where a request computed part of its
     prompt, not its end (a prompt half done); (step, victim, requester) of each
-    preemption (requester None where the system does not name it); the blocks
-    held after each step."""
+    preemption (requester None where the system does not name it), and of those
+    whose victim was preempted with its prompt half done for another request;
+    the blocks held after each step."""
 
     outputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
     mid_prompt: list[tuple[int, str]] = field(default_factory=list)
     preemptions: list[tuple[int, str, str | None]] = field(default_factory=list)
     held: list[int] = field(default_factory=list)
+    mid_prompt_preemptions: list[MidPromptPreemption] = field(default_factory=list)
 
     @classmethod
     def of(cls, w: Workload, trace: list[list[Event]], outputs: dict[str, tuple[int, ...]],
            held: list[int]) -> RunNotes:
         lengths = {r.rid: len(r.prompt) for r in w.requests}
-        steps = list(enumerate(trace))
-        return cls(outputs, [(t, e.rid) for t, events in steps for e in events
-                             if e.kind == "prefill" and e.args[1] < lengths.get(e.rid, 0)],
-                   [(t, e.rid, e.args[0]) for t, events in steps for e in events if e.kind == "preempt"], list(held))
+        prefills: dict[str, list[tuple[int, int]]] = {}   # request -> its prefill chunks since it came in
+        mid_prompt, preemptions, mid_prompt_preemptions = [], [], []
+        for t, events in enumerate(trace):
+            for e in events:
+                if e.kind == "prefill":
+                    prefills.setdefault(e.rid, []).append((e.args[0], e.args[1]))
+                    if e.args[1] < lengths.get(e.rid, 0):
+                        mid_prompt.append((t, e.rid))
+                elif e.kind == "preempt":
+                    preemptions.append((t, e.rid, e.args[0]))
+                    chunks = prefills.get(e.rid, [])
+                    if chunks and chunks[-1][1] < lengths.get(e.rid, 0) and e.args[0] != e.rid:
+                        mid_prompt_preemptions.append(MidPromptPreemption(t, e.rid, chunks[0][0], chunks[-1][1],
+                                                                          len(chunks)))
+                if e.kind in ("preempt", "finish"):
+                    prefills.pop(e.rid, None)
+        return cls(outputs, mid_prompt, preemptions, list(held), mid_prompt_preemptions)
 
 
 def abort_after_preemption(w: Workload, preemptions: list[tuple[int, str, str | None]],
@@ -311,6 +339,39 @@ def arrive_mid_prompt(w: Workload, moments: list[tuple[int, str]], held: list[in
     if urgent and "priority_preemption" not in limits.pinned:
         changes["priority_preemption"] = True
     return _config(Workload(cfg, w.requests + (spec,)), **changes) or w
+
+
+def regeometry_preemption(w: Workload, preemptions: list[MidPromptPreemption], rng: random.Random,
+                          limits: Limits) -> Workload:
+    """A preemption of a request whose prompt was half done, in the parent's
+    run, again at the same moment with other numbers of pages and chunks: a
+    chunk size that completes a page and runs into the next (2 to two pages and
+    one; the token budget left room beside it for the request it is preempted
+    for), the victim's prompt grown so that as many chunks of the new size leave
+    it half done again with a chunk to go, and the pool grown by the blocks those
+    chunks hold more, then one block smaller or larger or as it is (whether the
+    requester is short of exactly the blocks the victim frees). Where a
+    scheduler registers or frees the pages of a half-done prompt when it
+    preempts, its bookkeeping turns on exactly these numbers. Without a chunk
+    size to set (pinned), the pool alone; fields the system pins are left."""
+    p = rng.choice(preemptions)
+    i = next(i for i, r in enumerate(w.requests) if r.rid == p.victim)   # (the run's requests are the workload's)
+    cfg, bs, v = w.config, w.config.block_size, w.requests[i]
+    changes: dict[str, Any] = {}
+    if not {"prefill_chunk_size", "max_num_batched_tokens"} & limits.pinned.keys():
+        chunk = rng.randint(2, 2 * bs + 1)
+        reached = p.start + p.chunks * chunk
+        grown = v.prompt + tuple(rng.randrange(VOCAB) for _ in range(max(0, reached + chunk + rng.randint(0, bs)
+                                                                          - len(v.prompt))))
+        w = with_request(w, i, replace(v, prompt=grown[:MAX_PROMPT]))
+        changes.update(prefill_chunk_size=chunk,
+                       max_num_batched_tokens=max(cfg.max_num_batched_tokens, chunk + rng.randint(1, bs + 1)))
+        more = -(-min(reached, len(grown)) // bs) - -(-p.reached // bs)
+    else:
+        more = 0
+    if "num_blocks" not in limits.pinned:
+        changes["num_blocks"] = max(cfg.planes, cfg.num_blocks + cfg.planes * (more + rng.choice((-1, 0, 0, 1))))
+    return _config(w, **changes) or w
 
 
 def mutate(w: Workload, rng: random.Random, limits: Limits, tries: int = 20) -> Workload | None:

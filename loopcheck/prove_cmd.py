@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 
 from loopcheck.model.config import Config
 from loopcheck.model.workload import load_workload, save_workload
-from loopcheck.proofs.obligations import run_all
+from loopcheck.proofs.obligations import ProofPlan, run_all
 from loopcheck.proofs.result import DISAGREES, ProofResult
 from loopcheck.report import banner, table
 
@@ -69,7 +69,7 @@ def prove(args: argparse.Namespace, quiet: bool = False) -> tuple[list[ProofResu
         if not quiet:
             print(f"  {label}", file=sys.stderr, flush=True)
 
-    pairs = run_all(base_config(args), args.requests, args.steps, args.drain_requests, progress, full=args.full)
+    pairs = run_all(ProofPlan(base_config(args), args.requests, args.steps, args.drain_requests, args.full), progress)
     written = []
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

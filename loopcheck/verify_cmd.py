@@ -22,7 +22,7 @@ from loopcheck.explorer.survey import survey
 from loopcheck.fuzz.campaign import main_progress, run_campaign
 from loopcheck.model.workload import load_workload
 from loopcheck.options import add_adapter
-from loopcheck.proofs.obligations import run_all
+from loopcheck.proofs.obligations import ProofPlan, run_all
 from loopcheck.report import banner, checks_not_run, not_run_line, table
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -52,7 +52,8 @@ def prove_rows() -> list[Row]:
     refutations and no preemption)."""
     base = load_workload(EXAMPLES / "livelock.json").config
     rows: list[Row] = []
-    for result, _ in run_all(base, 3, 6, 6, lambda label: main_progress(f"  prove {label}"), policies=("guarded",)):
+    for result, _ in run_all(ProofPlan(base, 3, 6, 6, policies=("guarded",)),
+                             lambda label: main_progress(f"  prove {label}")):
         rows.append([f"{result.name} ({result.policy})", "prove", result.status,
                      "ok" if result.as_expected else "FAIL", f"{result.seconds:.2f}"])
     return rows

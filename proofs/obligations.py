@@ -10,7 +10,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from loopcheck.model.config import Config
 from loopcheck.model.workload import Workload
@@ -46,25 +46,39 @@ def mode_groups() -> list[tuple[str, list[dict[str, object]]]]:
     return out
 
 
-def drain_requests(modes: dict[str, object], drain_K: int, full: bool) -> int:
-    """Requests the drain proof of these modes covers: `drain_K`, or with prefix
-    caching at most PREFIX_DRAIN_REQUESTS unless `full` (its step is larger)."""
-    return drain_K if full or not modes["prefix_caching"] else min(drain_K, PREFIX_DRAIN_REQUESTS)
+def drain_size(modes: dict[str, object], drain_requests: int, full: bool) -> int:
+    """Requests the drain proof of these modes covers: `drain_requests`, or with
+    prefix caching at most PREFIX_DRAIN_REQUESTS unless `full` (its step is
+    larger)."""
+    return drain_requests if full or not modes["prefix_caching"] else min(drain_requests, PREFIX_DRAIN_REQUESTS)
 
 
 DRAIN_POLICIES = ("guarded", "no preemption", "unguarded")
 
 
-def obligations(base: Config, K: int, k: int, drain_K: int, full: bool = False,
-                policies: tuple[str, ...] = DRAIN_POLICIES) -> Iterator[tuple[str, Thunk]]:
-    """(label, thunk) per obligation; a thunk returns the result and, for a
-    livelock found, the counterexample workload. K sizes the KV and admission
-    encodings and the lasso search, k its steps; drain_K the drain proofs
-    (see `drain_requests`), one row per mode group for each of `policies`."""
+@dataclass(frozen=True)
+class ProofPlan:
+    """What a run of the obligations covers: `base` the config of the config
+    drain and the lasso searches; `requests` sizes the KV and admission
+    encodings and the lasso search, `steps` its steps; `drain_requests` the
+    drain proofs (see `drain_size`, with `full` their whole size), one row per
+    mode group for each of `policies`."""
+
+    base: Config
+    requests: int
+    steps: int
+    drain_requests: int = 6
+    full: bool = False
+    policies: tuple[str, ...] = DRAIN_POLICIES
+
+
+def obligations(plan: ProofPlan) -> Iterator[tuple[str, Thunk]]:
+    """(label, thunk) per obligation of the plan; a thunk returns the result
+    and, for a livelock found, the counterexample workload."""
     def plain(fn: Callable[[], ProofResult]) -> Callable[[], tuple[ProofResult, None]]:
         return lambda: (fn(), None)
 
-    C = K
+    base, K, k, drain_K, C = plan.base, plan.requests, plan.steps, plan.drain_requests, plan.requests
     yield "binding", plain(binding)
     yield "kv-conservation", plain(lambda: kv_conservation(K, C))
     yield "admission-atomic", plain(lambda: admission_atomic(K, C))
@@ -72,9 +86,9 @@ def obligations(base: Config, K: int, k: int, drain_K: int, full: bool = False,
     yield "preflight-soundness-pending", plain(lambda: preflight_soundness(K, C, pending=True))
     yield "futility/guarded", plain(lambda: futility("guarded"))
     yield "futility/unguarded", plain(lambda: futility("unguarded"))
-    for policy in policies:
+    for policy in plan.policies:
         for label, modes in mode_groups():
-            n = drain_requests(modes[0], drain_K, full)
+            n = drain_size(modes[0], drain_K, plan.full)
             yield f"drain/{policy}/{label}", plain(
                 lambda policy=policy, label=label, modes=modes, n=n:
                 across_modes(f"drain {label}", policy, drain, n, modes))
@@ -82,17 +96,17 @@ def obligations(base: Config, K: int, k: int, drain_K: int, full: bool = False,
         yield f"preemption-pairs/{policy}", plain(
             lambda policy=policy: across_modes("preemption-pairs", policy, preemption_pairs, drain_K,
                                                DETERMINISTIC_MODES))
-    yield "drain/config", plain(lambda: config_drain(base, drain_K, full))
+    yield "drain/config", plain(lambda: config_drain(base, drain_K, plan.full))
     yield "livelock-search", lambda: lasso_search(replace(base, allocation="upfront"), "unguarded", K, k)
     yield "livelock-search-incremental", lambda: lasso_search(
         replace(base, allocation="incremental"), "unguarded", K, k, name="livelock-search-incremental")
     yield "no-lasso", lambda: lasso_search(base, "guarded", K, k)
 
 
-def config_drain(cfg: Config, drain_K: int, full: bool = False) -> ProofResult:
+def config_drain(cfg: Config, drain_requests: int, full: bool = False) -> ProofResult:
     """Drain for the given config's own modes (every config switch is covered)."""
     modes = modes_of(cfg)
-    result = drain(drain_requests(modes, drain_K, full), modes)
+    result = drain(drain_size(modes, drain_requests, full), modes)
     result.name = "drain (this config)"
     return result
 
@@ -107,25 +121,23 @@ def demote(results: list[ProofResult]) -> list[ProofResult]:
     return results
 
 
-def run_all(base: Config, K: int, k: int, drain_K: int = 6,
-            progress: Callable[[str], None] | None = None, workers: int | None = None, full: bool = False,
-            policies: tuple[str, ...] = DRAIN_POLICIES) -> list[tuple[ProofResult, Workload | None]]:
-    """Every obligation (drain rows for `policies`), in list order, on `workers`
-    processes (default: up to two, the cores CI has); `progress` hears each one
-    as it finishes."""
-    labels = [label for label, _ in obligations(base, K, k, drain_K, full, policies)]
+def run_all(plan: ProofPlan, progress: Callable[[str], None] | None = None,
+            workers: int | None = None) -> list[tuple[ProofResult, Workload | None]]:
+    """Every obligation of the plan, in list order, on `workers` processes
+    (default: up to two, the cores CI has); `progress` hears each one as it
+    finishes."""
+    labels = [label for label, _ in obligations(plan)]
     jobs = workers or min(2, os.cpu_count() or 1)
     context = multiprocessing.get_context("fork") if jobs > 1 else None
     out: dict[int, tuple[ProofResult, Workload | None]] = {}
     if context is None:
         for n, label in enumerate(labels):
-            out[n] = _discharge(base, K, k, drain_K, full, policies, n)
+            out[n] = _discharge(plan, n)
             if progress:
                 progress(f"{label}: {out[n][0].status}")
     else:
         with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-            pending = {pool.submit(_discharge, base, K, k, drain_K, full, policies, n): n
-                       for n in range(len(labels))}
+            pending = {pool.submit(_discharge, plan, n): n for n in range(len(labels))}
             try:
                 for done in as_completed(pending):
                     n = pending[done]
@@ -140,10 +152,9 @@ def run_all(base: Config, K: int, k: int, drain_K: int = 6,
     return ordered
 
 
-def _discharge(base: Config, K: int, k: int, drain_K: int, full: bool, policies: tuple[str, ...],
-               n: int) -> tuple[ProofResult, Workload | None]:
-    """Obligation number n (run in a worker process)."""
-    for index, (_, thunk) in enumerate(obligations(base, K, k, drain_K, full, policies)):
+def _discharge(plan: ProofPlan, n: int) -> tuple[ProofResult, Workload | None]:
+    """Obligation number n of the plan (run in a worker process)."""
+    for index, (_, thunk) in enumerate(obligations(plan)):
         if index == n:
             return thunk()
     raise IndexError(n)

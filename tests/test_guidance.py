@@ -17,12 +17,15 @@ from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.features import bucket, run_features
 from loopcheck.fuzz.mutate import (
+    MAX_PROMPT,
     Limits,
+    MidPromptPreemption,
     RunNotes,
     abort_after_preemption,
     arrive_mid_prompt,
     follow_up,
     mutate,
+    regeometry_preemption,
     share_prefix,
     stop_at_output,
 )
@@ -136,6 +139,48 @@ def test_an_abort_the_step_after_a_preemption_takes_the_requester_or_the_victim(
     assert aborted == {("v", 3), ("h", 3)}
     unnamed = abort_after_preemption(w, [(2, "v", None)], rng)
     assert [(r.rid, r.abort_at) for r in unnamed.requests] == [("v", 3), ("h", None)]
+
+
+def test_preemptions_of_a_half_done_prompt_are_noted() -> None:
+    """Noted, with where its prefills since it came in started and reached and in
+    how many chunks: a request preempted for another with part of its prompt
+    computed since it came in; not one preempting itself, one past its prompt,
+    nor one that computed nothing since it came back."""
+    v, h = RequestSpec("v", tuple(range(8)), 2), RequestSpec("h", (9, 9), 2, priority=-1)
+    w = Workload(CFG, (v, h))
+    trace = [[Event("admit", "v", (1,)), Event("prefill", "v", (2, 3, 1))],
+             [Event("prefill", "v", (3, 5, 1)), Event("admit", "h", (0,)), Event("preempt", "v", ("h", True))],
+             [Event("resume", "v", (0, 0)), Event("preempt", "v", ("h", True))],
+             [Event("resume", "v", (0, 0)), Event("prefill", "v", (0, 4, 1)), Event("preempt", "v", ("v", True))],
+             [Event("resume", "v", (0, 0)), Event("prefill", "v", (0, 8, 1)), Event("token", "v", (0, 5, 1))],
+             [Event("preempt", "v", ("h", True))]]
+    notes = RunNotes.of(w, trace, {}, [])
+    assert notes.mid_prompt_preemptions == [MidPromptPreemption(1, "v", 2, 5, 2)]
+    assert [t for t, _, _ in notes.preemptions] == [1, 2, 3, 5]
+
+
+def test_a_preemption_of_a_half_done_prompt_comes_back_with_other_page_and_chunk_numbers() -> None:
+    """The same moment with a chunk that completes a page and runs into the next
+    (2 to two pages and one, the budget above it): the victim's prompt (its
+    tokens kept) grown so that as many chunks leave it half done with one to go,
+    the pool grown by the pages they hold more, then one block less, more or
+    none; with the chunk size pinned, the pool alone."""
+    v = RequestSpec("v", tuple(range(8)), 2)
+    w = Workload(CFG, (v, RequestSpec("h", (9, 9), 2, priority=-1)))
+    moment = [MidPromptPreemption(1, "v", 0, 3, 1)]   # one chunk of 3 (2 pages of 2)
+    rng, bs = random.Random(7), CFG.block_size
+    deltas = set()
+    for _ in range(60):
+        m = regeometry_preemption(w, moment, rng, Limits(Shape(), PINNED))
+        c, grown = m.config.prefill_chunk_size, m.requests[0].prompt
+        assert 2 <= c <= 2 * bs + 1 and m.config.max_num_batched_tokens > c and m.requests[1] == w.requests[1]
+        assert grown[:8] == v.prompt and len(grown) >= min(2 * c, MAX_PROMPT)
+        deltas.add(m.config.num_blocks - CFG.num_blocks - (-(-c // bs) - 2))
+    assert deltas == {-1, 0, 1}
+    pinned = Limits(Shape(), {**PINNED, "prefill_chunk_size": 4})
+    for _ in range(20):
+        m = regeometry_preemption(w, moment, rng, pinned)
+        assert m.requests == w.requests and m.config.num_blocks - CFG.num_blocks in (-1, 0, 1)
 
 
 def test_a_next_turn_is_a_prompt_and_what_its_run_produced() -> None:
