@@ -358,17 +358,16 @@ def regeometry_preemption(w: Workload, preemptions: list[MidPromptPreemption], r
     i = next(i for i, r in enumerate(w.requests) if r.rid == p.victim)   # (the run's requests are the workload's)
     cfg, bs, v = w.config, w.config.block_size, w.requests[i]
     changes: dict[str, Any] = {}
+    more = 0   # the blocks the victim holds at the moment beyond what it held in the parent's run
     if not {"prefill_chunk_size", "max_num_batched_tokens"} & limits.pinned.keys():
         chunk = rng.randint(2, 2 * bs + 1)
         reached = p.start + p.chunks * chunk
-        grown = v.prompt + tuple(rng.randrange(VOCAB) for _ in range(max(0, reached + chunk + rng.randint(0, bs)
-                                                                          - len(v.prompt))))
-        w = with_request(w, i, replace(v, prompt=grown[:MAX_PROMPT]))
+        tail = max(0, reached + chunk + rng.randint(0, bs) - len(v.prompt))
+        grown = (v.prompt + tuple(rng.randrange(VOCAB) for _ in range(tail)))[:MAX_PROMPT]
+        w = with_request(w, i, replace(v, prompt=grown))
         changes.update(prefill_chunk_size=chunk,
                        max_num_batched_tokens=max(cfg.max_num_batched_tokens, chunk + rng.randint(1, bs + 1)))
-        more = -(-min(reached, len(grown)) // bs) - -(-p.reached // bs)
-    else:
-        more = 0
+        more = -(-min(reached, len(grown)) // bs) - -(-p.reached // bs)   # (a prompt cut at MAX_PROMPT: its end)
     if "num_blocks" not in limits.pinned:
         changes["num_blocks"] = max(cfg.planes, cfg.num_blocks + cfg.planes * (more + rng.choice((-1, 0, 0, 1))))
     return _config(w, **changes) or w
