@@ -1,10 +1,12 @@
 """Every command in README.md is run by a test: the install, vLLM-extra and test
 commands are the ones CI runs (.ci/run), and each `loopcheck` line is run here as
-written, expecting the exit status its comment gives (`# exits N`; else 0), from
-the repository's root. `loopcheck verify` alone gets a seed and a work bound
-added (--seed 1 --max-examples 60), so that its verdict does not depend on the
-machine's speed. Lines that need an engine's extra (vLLM, LMDeploy, SGLang) skip,
-visibly, without it."""
+written, expecting the exit status its comment gives (`# exits N`; else 0), from the
+repository's root. `loopcheck verify` alone gets a seed and a work bound added
+(--seed 1 --max-examples 60), so that its verdict does not depend on the machine's
+speed, and runs under `-m slow` only (its proofs take about 3.5 minutes on 2 cores;
+the default suite runs them in `loopcheck prove`'s test, tests/test_proofs.py, and
+verify's table and verdict with an adapter). Lines that need an engine's extra
+(vLLM, LMDeploy, SGLang) skip, visibly, without it."""
 
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ def test_the_install_and_test_commands_are_what_ci_runs(line: str) -> None:
     assert line.replace(" -q", "") in ci_commands()
 
 
-@pytest.mark.parametrize("line", [c for c in readme_commands() if c.startswith("loopcheck ")])
+@pytest.mark.parametrize("line", [pytest.param(c, marks=pytest.mark.slow) if c == "loopcheck verify" else c
+                                  for c in readme_commands() if c.startswith("loopcheck ")])
 def test_each_loopcheck_command_of_the_readme_runs(line: str, monkeypatch, capsys) -> None:
     for engine in ENGINES:
         if f"--adapter {engine}" in line and importlib.util.find_spec(engine) is None:
