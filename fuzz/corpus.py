@@ -37,7 +37,6 @@ from loopcheck.fuzz.mutate import (
     mutate,
     regeometry_preemption,
     splice,
-    squeeze_at_peak,
     stop_at_output,
 )
 from loopcheck.fuzz.strategies import ON
@@ -151,12 +150,12 @@ class Corpus:
         return out
 
     def run_edits(self, parent: Entry) -> list[Callable[[], Workload]]:
-        """The edits that read what the parent's run did and the shape allows: a stop
-        token it produced, a next turn of a request (its prompt and outputs), an arrival
-        while a prompt was half done, a preemption of a half-done prompt with other page
-        and chunk numbers, the pool cut short at a step where the blocks held peaked, an
-        abort the step after a preemption. Each is a mutant by itself (random edits on
-        top would move the run away from what it read)."""
+        """The edits that read what the parent's run did and the shape allows: a
+        stop token it produced, a next turn of a request (its prompt and outputs),
+        an arrival while a prompt was half done, a preemption of a half-done
+        prompt with other page and chunk numbers, an abort the step after a
+        preemption. Each is a mutant by itself (random edits on top would move
+        the run away from what it read)."""
         rng, shape, run, w = self.rng, self.limits.shape, parent.run, parent.workload
         edits: list[Callable[[], Workload]] = []
         if run.outputs and shape.stop_tokens == ON:
@@ -167,8 +166,6 @@ class Corpus:
             edits.append(lambda: arrive_mid_prompt(w, run.mid_prompt, run.held, rng, self.limits))
         if run.mid_prompt_preemptions:
             edits.append(lambda: regeometry_preemption(w, run.mid_prompt_preemptions, rng, self.limits))
-        if run.peaks and "num_blocks" not in self.limits.pinned:
-            edits.append(lambda: squeeze_at_peak(w, run.peaks, run.held, rng, self.limits))
         if run.preemptions and shape.aborts == ON and self.limits.can_abort:
             edits.append(lambda: abort_after_preemption(w, run.preemptions, rng))
         return edits

@@ -267,26 +267,21 @@ class RunNotes:
     prompt, not its end (a prompt half done); (step, victim, requester) of each
     preemption (requester None where the system does not name it), and of those
     whose victim was preempted with its prompt half done for another request;
-    the blocks held after each step; the steps where two or more requests
-    computed and the blocks held rose above every earlier step's (a new peak)."""
+    the blocks held after each step."""
 
     outputs: dict[str, tuple[int, ...]] = field(default_factory=dict)
     mid_prompt: list[tuple[int, str]] = field(default_factory=list)
     preemptions: list[tuple[int, str, str | None]] = field(default_factory=list)
     held: list[int] = field(default_factory=list)
     mid_prompt_preemptions: list[MidPromptPreemption] = field(default_factory=list)
-    peaks: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, w: Workload, trace: list[list[Event]], outputs: dict[str, tuple[int, ...]],
            held: list[int]) -> RunNotes:
         lengths = {r.rid: len(r.prompt) for r in w.requests}
         prefills: dict[str, list[tuple[int, int]]] = {}   # request -> its prefill chunks since it came in
-        mid_prompt, preemptions, mid_prompt_preemptions, peaks = [], [], [], []
+        mid_prompt, preemptions, mid_prompt_preemptions = [], [], []
         for t, events in enumerate(trace):
-            workers = {e.rid for e in events if e.kind in ("prefill", "token")}
-            if len(workers) > 1 and t < len(held) and held[t] > max(held[:t], default=0):
-                peaks.append(t)
             for e in events:
                 if e.kind == "prefill":
                     prefills.setdefault(e.rid, []).append((e.args[0], e.args[1]))
@@ -300,7 +295,7 @@ class RunNotes:
                                                                           len(chunks)))
                 if e.kind in ("preempt", "finish"):
                     prefills.pop(e.rid, None)
-        return cls(outputs, mid_prompt, preemptions, list(held), mid_prompt_preemptions, peaks)
+        return cls(outputs, mid_prompt, preemptions, list(held), mid_prompt_preemptions)
 
 
 def abort_after_preemption(w: Workload, preemptions: list[tuple[int, str, str | None]],
@@ -325,10 +320,7 @@ def arrive_mid_prompt(w: Workload, moments: list[tuple[int, str]], held: list[in
     two pages that shares that request's first pages or not; and the pool cut
     to the most the run held up to that step (so the run up to it stays as it
     was) plus up to the new request's pages and one, so that the two contend for
-    it while the first prompt is in flight; the token budget raised, where it
-    is not, above the chunk size by up to a page (room for the new request's
-    work beside a chunk of the prompt in flight: where a chunk takes the whole
-    budget, the two never run in one step)."""
+    it while the first prompt is in flight."""
     if not moments or len(w.requests) >= MAX_REQUESTS:
         return w
     t, rid = rng.choice(moments)
@@ -344,8 +336,6 @@ def arrive_mid_prompt(w: Workload, moments: list[tuple[int, str]], held: list[in
         pages = -(-len(prompt) // bs)
         peak = max(held[:t + 1])   # the most the run held up to the moment: the run up to it stays as it was
         changes["num_blocks"] = max(cfg.planes, cfg.planes * (peak // cfg.planes + rng.randint(0, pages + 1)))
-    if "max_num_batched_tokens" not in limits.pinned:
-        changes["max_num_batched_tokens"] = max(cfg.max_num_batched_tokens, cfg.prefill_chunk_size + rng.randint(1, bs))
     if urgent and "priority_preemption" not in limits.pinned:
         changes["priority_preemption"] = True
     return _config(Workload(cfg, w.requests + (spec,)), **changes) or w
@@ -353,70 +343,34 @@ def arrive_mid_prompt(w: Workload, moments: list[tuple[int, str]], held: list[in
 
 def regeometry_preemption(w: Workload, preemptions: list[MidPromptPreemption], rng: random.Random,
                           limits: Limits) -> Workload:
-    """A preemption of a request whose prompt was half done, in the parent's run,
-    again at the same moment with other numbers of pages and chunks, in one of two
-    ways. Its chunks kept: the victim's prompt cut or grown so that what was left of
-    it at the moment ends 1 to block_size - 1 tokens past the next page boundary (1
-    where a page is one token), so that its last chunk completes a page and runs into
-    the next; the chunk size raised only where it is smaller than that last chunk, the
-    token budget where that chunk would not fit beside one more token. Or a new chunk
-    size that completes a page and runs into the next (2 to two pages and one; the
-    token budget left room beside it for the request it is preempted for), the
-    victim's prompt grown so that as many chunks of the new size leave it half done
-    again with a chunk to go. Either way the pool grows by the blocks the victim holds
-    more at the moment, then by one block less or more or none (whether the requester
-    is short of exactly the blocks the victim frees), and prefix caching is on. Where
-    a scheduler registers or frees the pages of a half-done prompt when it preempts,
-    its bookkeeping turns on exactly these numbers. Fields the system pins are left
-    (with the chunk size pinned, the pool alone)."""
+    """A preemption of a request whose prompt was half done, in the parent's
+    run, again at the same moment with other numbers of pages and chunks: a
+    chunk size that completes a page and runs into the next (2 to two pages and
+    one; the token budget left room beside it for the request it is preempted
+    for), the victim's prompt grown so that as many chunks of the new size leave
+    it half done again with a chunk to go, and the pool grown by the blocks those
+    chunks hold more, then one block smaller or larger or as it is (whether the
+    requester is short of exactly the blocks the victim frees). Where a
+    scheduler registers or frees the pages of a half-done prompt when it
+    preempts, its bookkeeping turns on exactly these numbers. Without a chunk
+    size to set (pinned), the pool alone; fields the system pins are left."""
     p = rng.choice(preemptions)
     i = next(i for i, r in enumerate(w.requests) if r.rid == p.victim)   # (the run's requests are the workload's)
     cfg, bs, v = w.config, w.config.block_size, w.requests[i]
     changes: dict[str, Any] = {}
     more = 0   # the blocks the victim holds at the moment beyond what it held in the parent's run
     if not {"prefill_chunk_size", "max_num_batched_tokens"} & limits.pinned.keys():
-        if rng.random() < 0.5:   # its chunks kept, the last one across a page boundary
-            end = min((p.reached // bs + 1) * bs + rng.randint(1, max(1, bs - 1)), MAX_PROMPT)
-            reached = end
-            prompt = (v.prompt + tuple(rng.randrange(VOCAB) for _ in range(end - len(v.prompt))))[:end]
-            changes.update(prefill_chunk_size=max(cfg.prefill_chunk_size, end - p.reached),
-                           max_num_batched_tokens=max(cfg.max_num_batched_tokens, end - p.reached + 1))
-        else:                    # a new chunk size, the victim half done after as many chunks
-            chunk = rng.randint(2, 2 * bs + 1)
-            reached = p.start + p.chunks * chunk
-            tail = max(0, reached + chunk + rng.randint(0, bs) - len(v.prompt))
-            prompt = (v.prompt + tuple(rng.randrange(VOCAB) for _ in range(tail)))[:MAX_PROMPT]
-            changes.update(prefill_chunk_size=chunk,
-                           max_num_batched_tokens=max(cfg.max_num_batched_tokens, chunk + rng.randint(1, bs + 1)))
-        w = with_request(w, i, replace(v, prompt=prompt))
-        more = -(-min(reached, len(prompt)) // bs) - -(-p.reached // bs)   # (a prompt cut at MAX_PROMPT: its end)
+        chunk = rng.randint(2, 2 * bs + 1)
+        reached = p.start + p.chunks * chunk
+        tail = max(0, reached + chunk + rng.randint(0, bs) - len(v.prompt))
+        grown = (v.prompt + tuple(rng.randrange(VOCAB) for _ in range(tail)))[:MAX_PROMPT]
+        w = with_request(w, i, replace(v, prompt=grown))
+        changes.update(prefill_chunk_size=chunk,
+                       max_num_batched_tokens=max(cfg.max_num_batched_tokens, chunk + rng.randint(1, bs + 1)))
+        more = -(-min(reached, len(grown)) // bs) - -(-p.reached // bs)   # (a prompt cut at MAX_PROMPT: its end)
     if "num_blocks" not in limits.pinned:
         changes["num_blocks"] = max(cfg.planes, cfg.num_blocks + cfg.planes * (more + rng.choice((-1, 0, 0, 1))))
-    if "prefix_caching" not in limits.pinned:
-        changes["prefix_caching"] = True
     return _config(w, **changes) or w
-
-
-def squeeze_at_peak(w: Workload, peaks: list[int], held: list[int], rng: random.Random,
-                    limits: Limits) -> Workload:
-    """Memory pressure at a step the parent's run chose: the pool cut below the
-    blocks held after a step where two or more requests computed and the run
-    held more than ever before (`RunNotes.peaks`), by one block or a few, and
-    not below the most held before it (the run up to that step stays as it
-    was) nor, where the shape has no oversized requests, below what its largest
-    request needs alone. The step's allocations then run out part-way through,
-    after the scheduler gave some of its requests their share: which of them it
-    takes back, and what it had registered for them, is what the step tests
-    (input to state, as Redqueen reads a comparison's operand off the run: here
-    the demand the pool is compared with). Unchanged where no such cut is left."""
-    t = rng.choice(peaks)
-    cfg, before = w.config, max(held[:t], default=0)
-    short = rng.choice((1, 1, 2, rng.randint(1, held[t] - before)))
-    pool = cfg.planes * max(1, -(-before // cfg.planes), (held[t] - short) // cfg.planes)
-    while limits.shape.oversized == OFF and pool < held[t] and any(
-            never_fits(r, replace(cfg, num_blocks=pool)) for r in w.requests):
-        pool += cfg.planes
-    return (_config(w, num_blocks=pool) or w) if pool < held[t] else w
 
 
 def mutate(w: Workload, rng: random.Random, limits: Limits, tries: int = 20) -> Workload | None:

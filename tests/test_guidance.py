@@ -27,7 +27,6 @@ from loopcheck.fuzz.mutate import (
     mutate,
     regeometry_preemption,
     share_prefix,
-    squeeze_at_peak,
     stop_at_output,
 )
 from loopcheck.fuzz.strategies import Shape
@@ -108,8 +107,7 @@ def test_an_arrival_while_a_prompt_is_half_done_contends_with_it() -> None:
     """The new request arrives the step after one where a prompt was half done
     (by the parent's trace), more urgent than it, with priority preemption on and
     the pool cut to what the run held then plus at most the new prompt's pages and
-    one, and a budget that a chunk leaves room in; with priorities off it is as
-    urgent, and a pinned pool stays."""
+    one; with priorities off it is as urgent, and a pinned pool stays."""
     v = RequestSpec("v", tuple(range(12)), 2, priority=2)
     w = Workload(replace(CFG, priority_preemption=False), (v, RequestSpec("d", (9,), 1)))
     trace = [[Event("admit", "v", (0,)), Event("prefill", "v", (0, 4, 1))], [Event("prefill", "v", (4, 8, 1))],
@@ -123,10 +121,6 @@ def test_an_arrival_while_a_prompt_is_half_done_contends_with_it() -> None:
         assert new.arrival in (1, 2) and new.priority == 1 and m.config.priority_preemption
         pages = -(-len(new.prompt) // CFG.block_size)
         assert [2, 4][new.arrival - 1] <= m.config.num_blocks <= [2, 4][new.arrival - 1] + pages + 1
-    full = Workload(replace(w.config, max_num_batched_tokens=CFG.prefill_chunk_size), w.requests)   # a chunk fills it
-    budgets = {arrive_mid_prompt(full, moments, [2, 4], rng, Limits(Shape(), PINNED)).config.max_num_batched_tokens
-               for _ in range(30)}
-    assert budgets == {CFG.prefill_chunk_size + n for n in range(1, CFG.block_size + 1)}
     flat = arrive_mid_prompt(w, moments, [2, 4], rng, Limits(Shape.parse("priorities=off"), {"num_blocks": 12}))
     assert flat.requests[-1].priority == 2 and flat.config.num_blocks == 12
     assert not flat.config.priority_preemption
@@ -166,61 +160,27 @@ def test_preemptions_of_a_half_done_prompt_are_noted() -> None:
 
 
 def test_a_preemption_of_a_half_done_prompt_comes_back_with_other_page_and_chunk_numbers() -> None:
-    """The same moment, prefix caching on, either with its chunks kept and the
-    victim's prompt cut or grown (its tokens kept) to end 1 to a page less one
-    past the next page boundary from where it had reached, the budget at least
-    that last chunk and one; or with a chunk that completes a page and runs
-    into the next (2 to two pages and one, the budget above it) and the prompt
-    grown so that as many chunks leave it half done with one to go. The pool
-    grows by the pages the victim holds more, then one block less, more or
+    """The same moment with a chunk that completes a page and runs into the next
+    (2 to two pages and one, the budget above it): the victim's prompt (its
+    tokens kept) grown so that as many chunks leave it half done with one to go,
+    the pool grown by the pages they hold more, then one block less, more or
     none; with the chunk size pinned, the pool alone."""
     v = RequestSpec("v", tuple(range(8)), 2)
-    cfg = replace(CFG, prefix_caching=False, prefill_chunk_size=16)
-    w = Workload(cfg, (v, RequestSpec("h", (9, 9), 2, priority=-1)))
+    w = Workload(CFG, (v, RequestSpec("h", (9, 9), 2, priority=-1)))
     moment = [MidPromptPreemption(1, "v", 0, 3, 1)]   # one chunk of 3 (2 pages of 2)
-    rng, bs = random.Random(7), cfg.block_size
-    deltas: dict[str, set[int]] = {"kept": set(), "new": set()}
-    for _ in range(80):
+    rng, bs = random.Random(7), CFG.block_size
+    deltas = set()
+    for _ in range(60):
         m = regeometry_preemption(w, moment, rng, Limits(Shape(), PINNED))
         c, grown = m.config.prefill_chunk_size, m.requests[0].prompt
-        assert m.config.prefix_caching and m.requests[1] == w.requests[1]
-        if c == cfg.prefill_chunk_size:   # its chunks kept: from 3, the page ending at 4 completed, one more token
-            assert grown == v.prompt[:5] and m.config.max_num_batched_tokens >= max(3, cfg.max_num_batched_tokens)
-            deltas["kept"].add(m.config.num_blocks - cfg.num_blocks - 1)
-        else:
-            assert 2 <= c <= 2 * bs + 1 and m.config.max_num_batched_tokens > c
-            assert grown[:8] == v.prompt and len(grown) >= min(2 * c, MAX_PROMPT)
-            deltas["new"].add(m.config.num_blocks - cfg.num_blocks - (-(-c // bs) - 2))
-    assert deltas == {"kept": {-1, 0, 1}, "new": {-1, 0, 1}}
+        assert 2 <= c <= 2 * bs + 1 and m.config.max_num_batched_tokens > c and m.requests[1] == w.requests[1]
+        assert grown[:8] == v.prompt and len(grown) >= min(2 * c, MAX_PROMPT)
+        deltas.add(m.config.num_blocks - CFG.num_blocks - (-(-c // bs) - 2))
+    assert deltas == {-1, 0, 1}
     pinned = Limits(Shape(), {**PINNED, "prefill_chunk_size": 4})
     for _ in range(20):
         m = regeometry_preemption(w, moment, rng, pinned)
-        assert m.requests == w.requests and m.config.num_blocks - cfg.num_blocks in (-1, 0, 1)
-
-
-def test_the_pool_is_cut_short_at_a_step_where_two_requests_computed_and_the_blocks_held_peaked() -> None:
-    """Peaks are steps where two or more requests computed and more blocks were
-    held than after any earlier step; the pool is cut below that step's blocks
-    and not below the most held before it (the run up to it is the parent's),
-    nor, with oversized requests off, below what the largest request needs."""
-    a, b = RequestSpec("a", tuple(range(8)), 2), RequestSpec("b", (9, 9, 9), 2)
-    w = Workload(CFG, (a, b))
-    trace = [[Event("admit", "a", (0,)), Event("prefill", "a", (0, 4, 1))],
-             [Event("admit", "b", (0,)), Event("prefill", "a", (4, 6, 1)), Event("prefill", "b", (0, 3, 1))],
-             [Event("token", "a", (0, 1, 1)), Event("token", "b", (0, 1, 1))],
-             [Event("token", "a", (0, 1, 1)), Event("token", "b", (0, 1, 1))],
-             [Event("token", "a", (0, 1, 1))]]
-    held = [2, 5, 5, 7, 8]
-    notes = RunNotes.of(w, trace, {}, held)
-    assert notes.peaks == [1, 3]   # step 0: one request computed; 2: no new peak; 4: one request
-    rng, oversized = random.Random(3), Limits(Shape.parse("oversized=on"), PINNED)
-    pools = Counter(squeeze_at_peak(w, notes.peaks, held, rng, oversized).config.num_blocks for _ in range(200))
-    assert set(pools) == {2, 3, 4, 5, 6} and pools[4] + pools[6] > pools[2] + pools[3]   # one block short most often
-    assert {squeeze_at_peak(w, [1], [4, 5], rng, oversized).config.num_blocks for _ in range(20)} == {4}   # step 0's
-    fits = Limits(Shape.parse("oversized=off"), PINNED)
-    fitting = {squeeze_at_peak(w, notes.peaks, held, rng, fits).config.num_blocks for _ in range(100)}
-    least = min(n for n in range(1, 12) if not never_fits(a, replace(CFG, num_blocks=n)))
-    assert min(fitting) == least and least > 2   # (a needs more than the cut to 2 would leave)
+        assert m.requests == w.requests and m.config.num_blocks - CFG.num_blocks in (-1, 0, 1)
 
 
 def test_a_next_turn_is_a_prompt_and_what_its_run_produced() -> None:
