@@ -3,8 +3,8 @@ commands are the ones CI runs (.ci/run), and each `loopcheck` line is run here a
 written, expecting the exit status its comment gives (`# exits N`; else 0), from the
 repository's root. `loopcheck verify` alone gets a seed and a work bound added
 (--seed 1 --max-examples 60), so that its verdict does not depend on the machine's
-speed, and runs under `-m slow` only (its proofs take about 3.5 minutes on 2 cores;
-the default suite runs them in `loopcheck prove`'s test, tests/test_proofs.py, and
+speed, and runs under `-m slow` only (it takes about 3.5 minutes on 2 cores; the
+default suite runs its proofs in `loopcheck prove`'s test, tests/test_proofs.py, and
 verify's table and verdict with an adapter). Lines that need an engine's extra
 (vLLM, LMDeploy, SGLang) skip, visibly, without it."""
 
@@ -22,6 +22,7 @@ from loopcheck.cli import main
 ROOT = Path(__file__).parent.parent
 EXITS = re.compile(r"\s+#\s*exits (\d+)\s*$")
 WORK_BOUND = ["--seed", "1", "--max-examples", "60"]
+MAIN_JOB = "loopcheck verify"   # README's second line, as written
 ENGINES = ("vllm", "lmdeploy", "sglang")   # the shipped adapters of real engines, each with its extra
 
 
@@ -40,7 +41,7 @@ def ci_commands() -> set[str]:
 
 def test_the_readme_has_the_commands_this_file_runs() -> None:
     commands = readme_commands()
-    assert commands[:3] == ["python3 -m pip install -c constraints.txt -e '.[dev]'", "loopcheck verify",
+    assert commands[:3] == ["python3 -m pip install -c constraints.txt -e '.[dev]'", MAIN_JOB,
                             "python3 -m pytest -q"]
     assert sum(c.startswith("loopcheck ") for c in commands) >= 8
 
@@ -50,7 +51,7 @@ def test_the_install_and_test_commands_are_what_ci_runs(line: str) -> None:
     assert line.replace(" -q", "") in ci_commands()
 
 
-@pytest.mark.parametrize("line", [pytest.param(c, marks=pytest.mark.slow) if c == "loopcheck verify" else c
+@pytest.mark.parametrize("line", [pytest.param(c, marks=pytest.mark.slow) if c == MAIN_JOB else c
                                   for c in readme_commands() if c.startswith("loopcheck ")])
 def test_each_loopcheck_command_of_the_readme_runs(line: str, monkeypatch, capsys) -> None:
     for engine in ENGINES:
@@ -59,7 +60,7 @@ def test_each_loopcheck_command_of_the_readme_runs(line: str, monkeypatch, capsy
     found = EXITS.search(line)
     expected = int(found.group(1)) if found else 0
     argv = shlex.split(EXITS.sub("", line))[1:]
-    argv += WORK_BOUND if argv == ["verify"] else []
+    argv += WORK_BOUND if line == MAIN_JOB else []
     monkeypatch.chdir(ROOT)
     code = main(argv)
     out = capsys.readouterr()

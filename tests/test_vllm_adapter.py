@@ -86,9 +86,10 @@ def test_shipped_counterexamples_replay(name, prop, capsys) -> None:
     assert f"REPRODUCED {prop}" in capsys.readouterr().out
 
 
-# Each hunted with the other known bugs ignored (the queue-head stall shows as
-# `stall`, or, when its request never fits, as never-fit-not-rejected too: that
-# face of it is ignored with them).
+# The queue-head stall hunted with the inversion ignored (it shows as `stall`,
+# or, when its request never fits, as never-fit-not-rejected too: that face of it
+# is ignored too); the inversion with oversized requests off, where the stall's
+# never-fitting request is not drawn.
 @pytest.mark.parametrize("shape,prop,others", [("", "stall", ("never-fit-not-rejected", "priority-inversion")),
                                                ("oversized=off", "priority-inversion", ())])
 def test_fuzzing_finds_each_bug_from_scratch(tmp_path, shape, prop, others) -> None:
