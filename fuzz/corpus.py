@@ -1,14 +1,17 @@
 """The corpus: workloads whose runs showed something no earlier run of the
 campaign showed (fuzz/features.py), and rounds of structured mutations of them
-(fuzz/mutate.py), aimed at what is rare: each round picks a kind of feature
-(code edges, or one kind of event pattern) and a target among its rarest
-features seen so far (counted over every run), and mutates entries whose runs
-showed it, so that the search stays near the rare state and goes a step further
-from there (as FairFuzz aims AFL at rare branches); a share of each round
-mutates entries picked by energy, the rarity of what they showed first. Half of
-the mutants that do not splice two entries are one edit read off the parent's
-own run (`Corpus.run_edits`). A campaign runs as many mutants of the corpus
-as fresh examples (fuzz/campaign.py).
+(fuzz/mutate.py), aimed at what is new and rare: every entry has half a round
+of mutants to itself (as every AFL queue entry gets its turn), the newest first
+(depth first: a deep window is reached through a chain of entries, each a step
+further than the last); once every entry had its turn, each round picks a kind
+of feature (code edges, or one kind of event pattern) and a target among its
+rarest features seen so far (counted over every run; among the as rare, the
+newest), and mutates entries whose runs showed it, so that the search stays near
+the rare state and goes a step further from there (as FairFuzz aims AFL at rare
+branches); a share of each round mutates entries picked by energy, the rarity of
+what they showed first. Half of the mutants that do not splice two entries are
+one edit read off the parent's own run (`Corpus.run_edits`). A campaign runs as
+many mutants of the corpus as fresh examples (fuzz/campaign.py).
 
 Guidance from the system itself, with no model of it: it works for any system
 behind the protocol. Entries are kept in the example database under a key of
@@ -72,6 +75,7 @@ class Corpus:
         self.of_kind: dict[str, list[Feature]] = {}   # kind -> its aimable features, in the order first seen
         self.rng = random.Random(seed)
         self.rounds = 0
+        self.unserved: list[int] = []                 # entries that have not had their turn, oldest first
 
     def note(self, workload: Workload, features: set[Feature], run: RunNotes | None = None) -> bool:
         """Count a run's features; keep its workload, with what its run did, if
@@ -82,6 +86,7 @@ class Corpus:
             return False
         index = len(self.entries)
         self.entries.append(Entry(workload, new, run or RunNotes()))
+        self.unserved.append(index)
         aimable = [f for f in features if f[0] not in NOVELTY_ONLY]
         for f in sorted((f for f in aimable if f not in self.showing), key=repr):   # (the same order in any process)
             self.showing[f] = []
@@ -114,24 +119,26 @@ class Corpus:
     def target(self) -> Feature | None:
         """A kind of feature at random (code edges, each kind of event pattern:
         each gets the same share of rounds, however many features it has), then
-        one of its RAREST aimable features by how many runs showed them (ties in
-        the order first seen); None before any."""
+        one of its RAREST aimable features by how many runs showed them (among
+        the as rare, the newest); None before any."""
         if not self.of_kind:
             return None
         kind = self.rng.choice(sorted(self.of_kind))
-        return self.rng.choice(sorted(self.of_kind[kind], key=self.counts.__getitem__)[:RAREST])
+        features = self.of_kind[kind][::-1]   # newest first: a stable sort keeps them first among the as rare
+        return self.rng.choice(sorted(features, key=self.counts.__getitem__)[:RAREST])
 
     def next_round(self) -> list[Workload]:
         """`per_round` mutants (fewer where mutation keeps failing): half of
-        entries that showed the round's target, half of entries picked by
-        energy; a share SPLICED of them spliced with another entry picked by
-        energy, then mutated; of the others a share READ_OFF one edit read off
-        the parent's run (`run_edits`), the rest mutated; none while the corpus is
-        empty. The same for the same seed, entries and counts."""
+        the newest entry that has not had its turn, or, where every entry had
+        it, of entries that showed the round's target; half of entries
+        picked by energy; a share SPLICED of them spliced with another entry
+        picked by energy, then mutated; of the others a share READ_OFF one edit
+        read off the parent's run (`run_edits`), the rest mutated; none while
+        the corpus is empty. The same for the same seed, entries and counts."""
         self.rounds += 1
         if not self.entries:
             return []
-        aimed = self.showing.get(self.target(), [])
+        aimed = [self.unserved.pop()] if self.unserved else self.showing.get(self.target(), [])
         parents = [self.entries[self.rng.choice(aimed)] for _ in range(self.per_round // 2)] if aimed else []
         weights = [self.energy(e) for e in self.entries]
         parents += self.rng.choices(self.entries, weights=weights, k=self.per_round - len(parents))

@@ -41,7 +41,8 @@ class TraceFeatures:
     - who preempts whom: for each preemption, the phase of the victim and of the
       request it was preempted for (in its prompt or past it, by the prefills
       the trace reports), whether the victim came into the running set first,
-      and which of the two is more urgent (priority, then arrival); and, after
+      which of the two is more urgent (priority, then arrival), and where the
+      victim's next chunk would have ended against the pages; and, after
       each step, the same relations for each pair of running requests in the
       order they came in, with the pool's occupancy in quarters (the states
       from which a scheduler preempts a request it has already scheduled);
@@ -83,6 +84,20 @@ class TraceFeatures:
         n = self.chunk.get(rid, 0)
         return "prompt " + ("1" if n <= 1 else "<page" if n < self.block_size else "page" if n == self.block_size
                             else ">page")
+
+    def reach(self, rid: str) -> str:
+        """Where a request's next prefill chunk would end if it is as long as
+        its last one (cut at the prompt's end), against the pages: within the
+        page it stands in, at a page's end, or past one ("-" before its first
+        chunk and once its prompt is done). A scheduler that takes back a chunk it had scheduled, or frees
+        the pages of a half-done prompt, does something different in each."""
+        done, prompt = self.prompt_done.get(rid, 0), self.specs[rid].prompt
+        if rid not in self.chunk or done >= len(prompt):
+            return "-"
+        end, bs = min(done + self.chunk[rid], len(prompt)), self.block_size
+        if end // bs == done // bs:
+            return "within a page"
+        return "at a page's end" if end % bs == 0 else "past a page's end"
 
     def relation(self, a: str, b: str | None) -> tuple[bool | None, str]:
         """Whether `a` came into the running set before `b`, and whether it is
@@ -141,7 +156,7 @@ class TraceFeatures:
             by = e.args[0]
             found.add(("preempted", bucket(self.preempted[rid]), by == rid, self.last.get(rid)))
             if by != rid:
-                found.add(("preempt-of", self.phase(rid), self.phase(by), *self.relation(rid, by)))
+                found.add(("preempt-of", self.phase(rid), self.phase(by), *self.relation(rid, by), self.reach(rid)))
             self.prompt_done[rid] = 0
         elif e.kind in WORK:
             self.status[rid] = "running"

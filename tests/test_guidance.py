@@ -94,13 +94,28 @@ def test_features_name_who_preempts_whom_and_in_which_phase() -> None:
               Event("prefill", "h", (0, 2, 1))],
              [Event("preempt", "v", ("h", True)), Event("token", "h", (0, 5, 1))]]
     found = run_features(8, 4, [v, h], trace, [1, 3, 2])
-    assert ("preempt-of", "prompt <page", "output", True, "less") in found
+    assert ("preempt-of", "prompt <page", "output", True, "less", "past a page's end") in found   # 6 + 3 -> 9
     assert ("running-pair", "prompt <page", "output", "less", 1) in found    # after step 1: v then h, 3/8 held
     assert not any(f[0] == "preempt-of" and f[1] == "output" for f in found)
     self_preempted = run_features(8, 4, [v], [trace[0], [Event("preempt", "v", ("v", True))]], [1, 0])
     assert not any(f[0] == "preempt-of" for f in self_preempted)   # preempting itself is its own feature
     unnamed = run_features(8, 4, [v], [trace[0], [Event("preempt", "v", (None, True))]], [1, 0])
-    assert ("preempt-of", "prompt <page", "unknown", None, "unknown") in unnamed
+    assert ("preempt-of", "prompt <page", "unknown", None, "unknown", "past a page's end") in unnamed   # 3 + 3 -> 6
+
+
+@pytest.mark.parametrize("chunks, reach", [([(0, 4)], "at a page's end"), ([(0, 1), (1, 2)], "within a page"),
+                                           ([(0, 3)], "past a page's end"), ([(0, 11)], "at a page's end"),
+                                           ([(0, 6), (6, 12)], "-")])
+def test_a_preemption_names_where_the_victims_next_chunk_would_end(chunks, reach) -> None:
+    """A chunk as long as the victim's last one, from where its prompt stands,
+    cut at the prompt's end (12 tokens, pages of 4): within the page, at a
+    page's end (also the prompt's), past one; "-" for a prompt done."""
+    v = RequestSpec("v", tuple(range(12)), 2, priority=2)
+    h = RequestSpec("h", (40, 41), 3, priority=1)
+    trace = [[Event("arrive", "v"), Event("arrive", "h"), Event("admit", "v", (0,)), Event("admit", "h", (0,))]]
+    trace += [[Event("prefill", "v", (a, b, 1))] for a, b in chunks] + [[Event("preempt", "v", ("h", True))]]
+    preempt_of = [f for f in run_features(8, 4, [v, h], trace, [1] * len(trace)) if f[0] == "preempt-of"]
+    assert [f[-1] for f in preempt_of] == [reach]
 
 
 def test_an_arrival_while_a_prompt_is_half_done_contends_with_it() -> None:
@@ -249,8 +264,35 @@ def test_the_corpus_keeps_what_is_new_and_aims_at_what_is_rare() -> None:
     twin = Corpus(limits, seed=3)
     twin.entries, twin.counts, twin.showing = list(corpus.entries), Counter(corpus.counts), dict(corpus.showing)
     twin.of_kind = {kind: list(features) for kind, features in corpus.of_kind.items()}
+    twin.unserved = list(corpus.unserved)
     assert twin.next_round() == corpus.next_round()   # the same seed and state: the same round
     assert corpus.target() in (("edge", "rare"), ("edge", "common"))
+
+
+def test_a_new_entry_gets_the_next_round_newest_first(monkeypatch) -> None:
+    """Half of the round after an entry is kept mutates it (the newest first),
+    before any aimed round; once each had its round, rounds aim at features."""
+    monkeypatch.setattr("loopcheck.fuzz.corpus.SPLICED", 0.0)   # (a mutant of one request keeps its id)
+    corpus = Corpus(Limits(Shape(), PINNED), seed=5)
+    for rid, prompt in (("a", (1, 2, 3)), ("b", (7, 8, 9, 10, 11))):
+        corpus.note(Workload(CFG, (RequestSpec(rid, prompt, 2),)), {("edge", rid)})
+    half = corpus.per_round // 2
+    for newest in ("b", "a"):
+        mutants = corpus.next_round()
+        assert len(mutants) == corpus.per_round and all(newest in {r.rid for r in m.requests} for m in mutants[:half])
+    assert corpus.unserved == []
+
+
+def test_a_round_aims_at_the_rarest_features_the_newest_first() -> None:
+    """Among features seen as often, the ones found last are aimed at (what a
+    new entry reached is the way further); a rarer old one still comes first."""
+    corpus = Corpus(Limits(Shape(), PINNED), seed=2)
+    w = Workload(CFG, (RequestSpec("a", (1, 2, 3), 2),))
+    for k in range(7):
+        corpus.note(w, {("edge", k)})
+    assert {corpus.target() for _ in range(40)} == {("edge", k) for k in (3, 4, 5, 6)}
+    corpus.note(w, {("edge", k) for k in range(1, 7)} | {("edge", "new")})   # all but edge 0 seen twice
+    assert {corpus.target() for _ in range(40)} == {("edge", 0), ("edge", "new"), ("edge", 6), ("edge", 5)}
 
 
 @pytest.mark.parametrize("bug, prop, other", [("stale-hash", "kv-hit-blocks", "kv-tables"),
