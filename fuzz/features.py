@@ -89,8 +89,9 @@ class TraceFeatures:
         """Where a request's next prefill chunk would end if it is as long as
         its last one (cut at the prompt's end), against the pages: within the
         page it stands in, at a page's end, or past one ("-" before its first
-        chunk and once its prompt is done). A scheduler that takes back a chunk it had scheduled, or frees
-        the pages of a half-done prompt, does something different in each."""
+        chunk and once its prompt is done). A scheduler that takes back a chunk
+        it had scheduled, or frees the pages of a half-done prompt, does
+        something different in each."""
         done, prompt = self.prompt_done.get(rid, 0), self.specs[rid].prompt
         if rid not in self.chunk or done >= len(prompt):
             return "-"
