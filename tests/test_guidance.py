@@ -270,8 +270,8 @@ def test_the_corpus_keeps_what_is_new_and_aims_at_what_is_rare() -> None:
 
 
 def test_a_new_entry_gets_the_next_round_newest_first(monkeypatch) -> None:
-    """Half of the round after an entry is kept mutates it (the newest first),
-    before any aimed round; once each had its round, rounds aim at features."""
+    """Every entry has half a round to itself, the newest first, before any
+    round aimed at a feature; then none is left waiting for its turn."""
     monkeypatch.setattr("loopcheck.fuzz.corpus.SPLICED", 0.0)   # (a mutant of one request keeps its id)
     corpus = Corpus(Limits(Shape(), PINNED), seed=5)
     for rid, prompt in (("a", (1, 2, 3)), ("b", (7, 8, 9, 10, 11))):
