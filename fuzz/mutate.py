@@ -5,9 +5,12 @@ Each mutation changes one thing a scheduler's decisions turn on: a request
 added, removed, moved in time or resized; prompts that share a prefix up to a
 page boundary, one token before or after it, or all of it; priorities swapped;
 an abort placed at a step; the pool, the token budget, the slots or the chunk
-size made tighter or looser; prefix caching or priority preemption switched. Only
-what the shape allows, and only config fields
-the system does not pin.
+size made tighter or looser; the same requests on other pages (the pool keeping
+its positions); prefix caching or priority preemption switched. Only what the
+shape allows, and only config fields the system does not pin. The page-size
+change and the edits read off a run keep every request that fitted the pool
+fitting (`fitting_pool`): they move the run, they do not make the system
+reject a request.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from loopcheck.fuzz.shrink import shifted, with_request
 from loopcheck.fuzz.strategies import OFF, ON, VOCAB, Shape
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event
-from loopcheck.model.reference import never_fits
+from loopcheck.model.reference import never_fits, total_pages
 from loopcheck.model.workload import RequestSpec, Workload
 
 MAX_REQUESTS = 12
@@ -171,6 +174,16 @@ def _config(w: Workload, **changes: Any) -> Workload | None:
         return None
 
 
+def fitting_pool(w: Workload, num_blocks: int, before: Workload | None = None) -> int:
+    """`num_blocks`, raised to the fewest blocks in which every request of `w`
+    that fitted the pool of `before` (default `w`) still fits: an edit that cuts
+    the pool or grows a prompt moves the run, it does not turn a request into
+    one the system must reject."""
+    was = before or w
+    fitted = [r for r in w.requests if not any(o.rid == r.rid and never_fits(o, was.config) for o in was.requests)]
+    return max([num_blocks] + [total_pages(r, w.config) * w.config.planes for r in fitted])
+
+
 def tighten_pool(w: Workload, rng: random.Random) -> Workload | None:
     cfg = w.config
     return _config(w, num_blocks=max(cfg.planes, cfg.num_blocks + cfg.planes * rng.choice((-3, -2, -1, -1, 1, 2))))
@@ -182,6 +195,22 @@ def tighten_budget(w: Workload, rng: random.Random) -> Workload | None:
     return _config(w, **{field: max(1, getattr(cfg, field) + rng.choice((-2, -1, -1, 1, 2)))})
 
 
+def repage(w: Workload, rng: random.Random) -> Workload | None:
+    """The same requests on other pages: another page size (1 to twice the
+    page and one), the pool holding about as many positions as before (one
+    block more or fewer, every request that fitted still fitting). Chunks,
+    budgets and arrivals stay, so the run's timing stays close while every page
+    boundary moves against the prompts and the chunks: where a scheduler
+    registers, shares or frees pages of half-done work, its bookkeeping turns
+    on where the boundaries fall."""
+    cfg = w.config
+    size = rng.choice([b for b in range(1, 2 * cfg.block_size + 2) if b != cfg.block_size])
+    positions = cfg.num_blocks // cfg.planes * cfg.block_size
+    blocks = cfg.planes * max(1, round(positions / size) + rng.choice((-1, 0, 0, 1)))
+    repaged = _config(w, block_size=size)
+    return repaged and _config(repaged, num_blocks=fitting_pool(repaged, blocks, before=w))
+
+
 def flip_switch(w: Workload, rng: random.Random) -> Workload | None:
     field = rng.choice(("prefix_caching", "priority_preemption"))
     return _config(w, **{field: not getattr(w.config, field)})
@@ -189,7 +218,7 @@ def flip_switch(w: Workload, rng: random.Random) -> Workload | None:
 
 REQUEST_MUTATIONS: tuple[Mutation, ...] = (add_request, remove_request, shift_request, resize_prompt, resize_output,
                                            share_prefix, diverge_prefix)
-CONFIG_MUTATIONS: tuple[Mutation, ...] = (tighten_pool, tighten_budget, flip_switch)
+CONFIG_MUTATIONS: tuple[Mutation, ...] = (tighten_pool, tighten_budget, repage, flip_switch)
 
 
 def mutations(limits: Limits) -> tuple[Mutation, ...]:
@@ -335,7 +364,8 @@ def arrive_mid_prompt(w: Workload, moments: list[tuple[int, str]], held: list[in
     if t < len(held) and "num_blocks" not in limits.pinned:
         pages = -(-len(prompt) // bs)
         peak = max(held[:t + 1])   # the most the run held up to the moment: the run up to it stays as it was
-        changes["num_blocks"] = max(cfg.planes, cfg.planes * (peak // cfg.planes + rng.randint(0, pages + 1)))
+        blocks = max(cfg.planes, cfg.planes * (peak // cfg.planes + rng.randint(0, pages + 1)))
+        changes["num_blocks"] = fitting_pool(Workload(cfg, w.requests + (spec,)), blocks, w)
     if urgent and "priority_preemption" not in limits.pinned:
         changes["priority_preemption"] = True
     return _config(Workload(cfg, w.requests + (spec,)), **changes) or w
@@ -344,22 +374,27 @@ def arrive_mid_prompt(w: Workload, moments: list[tuple[int, str]], held: list[in
 def regeometry_preemption(w: Workload, preemptions: list[MidPromptPreemption], rng: random.Random,
                           limits: Limits) -> Workload:
     """A preemption of a request whose prompt was half done, in the parent's
-    run, again at the same moment with other numbers of pages and chunks: a
-    chunk size that completes a page and runs into the next (2 to two pages and
-    one; the token budget left room beside it for the request it is preempted
-    for), the victim's prompt grown so that as many chunks of the new size leave
-    it half done again with a chunk to go, and the pool grown by the blocks those
-    chunks hold more, then one block smaller or larger or as it is (whether the
-    requester is short of exactly the blocks the victim frees). Where a
-    scheduler registers or frees the pages of a half-done prompt when it
-    preempts, its bookkeeping turns on exactly these numbers. Without a chunk
-    size to set (pinned), the pool alone; fields the system pins are left."""
+    run, again with other numbers of pages and chunks. Half the time (always
+    where the chunk size is pinned) the pages move under the same chunks
+    (`repage`: the timing stays, so the preemption most often still comes);
+    otherwise a chunk size that completes a page and runs into the next (2 to
+    two pages and one; the token budget left room beside it for the request it
+    is preempted for), the victim's prompt grown so that as many chunks of the
+    new size leave it half done again with a chunk to go, and the pool grown by
+    the blocks those chunks hold more, then one block smaller or larger or as it
+    is (whether the requester is short of exactly the blocks the victim frees).
+    Where a scheduler registers or frees the pages of a half-done prompt when it
+    preempts, its bookkeeping turns on exactly these numbers. Fields the system
+    pins are left; every request that fitted the pool still fits."""
+    chunk_pinned = bool({"prefill_chunk_size", "max_num_batched_tokens"} & limits.pinned.keys())
+    if "block_size" not in limits.pinned and (chunk_pinned or rng.random() < 0.5):
+        return repage(w, rng) or w
     p = rng.choice(preemptions)
     i = next(i for i, r in enumerate(w.requests) if r.rid == p.victim)   # (the run's requests are the workload's)
-    cfg, bs, v = w.config, w.config.block_size, w.requests[i]
+    before, cfg, bs, v = w, w.config, w.config.block_size, w.requests[i]
     changes: dict[str, Any] = {}
     more = 0   # the blocks the victim holds at the moment beyond what it held in the parent's run
-    if not {"prefill_chunk_size", "max_num_batched_tokens"} & limits.pinned.keys():
+    if not chunk_pinned:
         chunk = rng.randint(2, 2 * bs + 1)
         reached = p.start + p.chunks * chunk
         tail = max(0, reached + chunk + rng.randint(0, bs) - len(v.prompt))
@@ -369,7 +404,8 @@ def regeometry_preemption(w: Workload, preemptions: list[MidPromptPreemption], r
                        max_num_batched_tokens=max(cfg.max_num_batched_tokens, chunk + rng.randint(1, bs + 1)))
         more = -(-min(reached, len(grown)) // bs) - -(-p.reached // bs)   # (a prompt cut at MAX_PROMPT: its end)
     if "num_blocks" not in limits.pinned:
-        changes["num_blocks"] = max(cfg.planes, cfg.num_blocks + cfg.planes * (more + rng.choice((-1, 0, 0, 1))))
+        blocks = max(cfg.planes, cfg.num_blocks + cfg.planes * (more + rng.choice((-1, 0, 0, 1))))
+        changes["num_blocks"] = fitting_pool(w, blocks, before)
     return _config(w, **changes) or w
 
 

@@ -23,9 +23,11 @@ from loopcheck.fuzz.mutate import (
     RunNotes,
     abort_after_preemption,
     arrive_mid_prompt,
+    fitting_pool,
     follow_up,
     mutate,
     regeometry_preemption,
+    repage,
     share_prefix,
     stop_at_output,
 )
@@ -122,7 +124,8 @@ def test_an_arrival_while_a_prompt_is_half_done_contends_with_it() -> None:
     """The new request arrives the step after one where a prompt was half done
     (by the parent's trace), more urgent than it, with priority preemption on and
     the pool cut to what the run held then plus at most the new prompt's pages and
-    one; with priorities off it is as urgent, and a pinned pool stays."""
+    one, but not below what every request needs; with priorities off it is as
+    urgent, and a pinned pool stays."""
     v = RequestSpec("v", tuple(range(12)), 2, priority=2)
     w = Workload(replace(CFG, priority_preemption=False), (v, RequestSpec("d", (9,), 1)))
     trace = [[Event("admit", "v", (0,)), Event("prefill", "v", (0, 4, 1))], [Event("prefill", "v", (4, 8, 1))],
@@ -134,8 +137,10 @@ def test_an_arrival_while_a_prompt_is_half_done_contends_with_it() -> None:
         m = arrive_mid_prompt(w, moments, [2, 4, 6, 6], rng, Limits(Shape(), PINNED))
         new = m.requests[-1]
         assert new.arrival in (1, 2) and new.priority == 1 and m.config.priority_preemption
-        pages = -(-len(new.prompt) // CFG.block_size)
-        assert [2, 4][new.arrival - 1] <= m.config.num_blocks <= [2, 4][new.arrival - 1] + pages + 1
+        pages, floor = -(-len(new.prompt) // CFG.block_size), -(-13 // CFG.block_size)   # v: 13 positions
+        cut = m.config.num_blocks
+        assert cut == floor or [2, 4][new.arrival - 1] <= cut <= [2, 4][new.arrival - 1] + pages + 1
+        assert not any(never_fits(r, m.config) for r in m.requests)
     flat = arrive_mid_prompt(w, moments, [2, 4], rng, Limits(Shape.parse("priorities=off"), {"num_blocks": 12}))
     assert flat.requests[-1].priority == 2 and flat.config.num_blocks == 12
     assert not flat.config.priority_preemption
@@ -175,27 +180,57 @@ def test_preemptions_of_a_half_done_prompt_are_noted() -> None:
 
 
 def test_a_preemption_of_a_half_done_prompt_comes_back_with_other_page_and_chunk_numbers() -> None:
-    """The same moment with a chunk that completes a page and runs into the next
-    (2 to two pages and one, the budget above it): the victim's prompt (its
-    tokens kept) grown so that as many chunks leave it half done with one to go,
-    the pool grown by the pages they hold more, then one block less, more or
-    none; with the chunk size pinned, the pool alone."""
+    """The same moment either on other pages under the same chunks (`repage`)
+    or with a chunk that completes a page and runs into the next (2 to two pages
+    and one, the budget above it): the victim's prompt (its tokens kept) grown
+    so that as many chunks leave it half done with one to go, the pool grown by
+    the pages they hold more, then one block less, more or none, never below
+    what the grown prompt needs; with the chunk size pinned, always on other
+    pages; with the pages pinned too, the pool alone."""
     v = RequestSpec("v", tuple(range(8)), 2)
     w = Workload(CFG, (v, RequestSpec("h", (9, 9), 2, priority=-1)))
     moment = [MidPromptPreemption(1, "v", 0, 3, 1)]   # one chunk of 3 (2 pages of 2)
     rng, bs = random.Random(7), CFG.block_size
-    deltas = set()
-    for _ in range(60):
+    deltas, kinds = set(), Counter()
+    for _ in range(80):
         m = regeometry_preemption(w, moment, rng, Limits(Shape(), PINNED))
+        if m.config.block_size != bs:   # other pages, the same requests and chunks
+            kinds["repaged"] += 1
+            assert m.requests == w.requests and m.config.prefill_chunk_size == CFG.prefill_chunk_size
+            continue
+        kinds["rechunked"] += 1
         c, grown = m.config.prefill_chunk_size, m.requests[0].prompt
         assert 2 <= c <= 2 * bs + 1 and m.config.max_num_batched_tokens > c and m.requests[1] == w.requests[1]
         assert grown[:8] == v.prompt and len(grown) >= min(2 * c, MAX_PROMPT)
-        deltas.add(m.config.num_blocks - CFG.num_blocks - (-(-c // bs) - 2))
-    assert deltas == {-1, 0, 1}
+        base, floor = CFG.num_blocks + -(-c // bs) - 2, -(-(len(grown) + 1) // bs)
+        assert m.config.num_blocks in {max(base + d, floor) for d in (-1, 0, 1)}
+        deltas.add(m.config.num_blocks - base)
+    assert deltas == {-1, 0, 1} and min(kinds.values()) > 25
     pinned = Limits(Shape(), {**PINNED, "prefill_chunk_size": 4})
+    assert all(regeometry_preemption(w, moment, rng, pinned).config.block_size != bs for _ in range(20))
+    pages_too = Limits(Shape(), {**PINNED, "prefill_chunk_size": 4, "block_size": bs})
     for _ in range(20):
-        m = regeometry_preemption(w, moment, rng, pinned)
+        m = regeometry_preemption(w, moment, rng, pages_too)
         assert m.requests == w.requests and m.config.num_blocks - CFG.num_blocks in (-1, 0, 1)
+
+
+def test_other_pages_keep_the_pool_s_positions_and_every_request_that_fitted() -> None:
+    """`repage`: another page size (1 to twice the page and one), the pool
+    holding about as many positions (one block more or fewer), raised where a
+    request that fitted would not; a request that never fitted is not made to."""
+    fits, huge = RequestSpec("a", tuple(range(9)), 3), RequestSpec("b", tuple(range(40)), 1)
+    w = Workload(CFG, (fits, huge))   # 12 blocks of 2: 24 positions; "a" needs 11, "b" 40
+    rng, sizes = random.Random(3), set()
+    for _ in range(80):
+        m = repage(w, rng)
+        size = m.config.block_size
+        sizes.add(size)
+        near = round(24 / size)
+        assert m.requests == w.requests and m.config.num_blocks in {near - 1, near, near + 1}
+    assert sizes == {1, 3, 4, 5}
+    assert fitting_pool(w, 2) == 6 and fitting_pool(w, 9) == 9   # "a": 11 positions, 6 pages of 2; "b" never fitted
+    tight = Workload(replace(CFG, num_blocks=6), (fits,))   # 12 positions for 11: 2 pages of 5 would not do
+    assert all(not never_fits(fits, repage(tight, rng).config) for _ in range(40))
 
 
 def test_a_next_turn_is_a_prompt_and_what_its_run_produced() -> None:
