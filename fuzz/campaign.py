@@ -321,7 +321,9 @@ def run_recorded(runs: Iterable[tuple[Workload, Counter]], hunt: Hunt) -> None:
     each with the rare windows it opens (directed rounds; empty for others), on
     the system, within the budget (`Stats.spent`), but those whose config the
     system refuses. Keep the first violation in `hunt.found`, recorded like the
-    machine's, and save its workload in the database."""
+    machine's, and save its workload in the database; a finding that ended a
+    run only after an ignored one counts where a request fewer shows it alone
+    (`Stats.separate`)."""
     stats = hunt.stats
     for w, windows in runs:
         StopRequest.check()
@@ -335,6 +337,9 @@ def run_recorded(runs: Iterable[tuple[Workload, Counter]], hunt: Hunt) -> None:
         stats.examples += 1
         stats.windows.update(windows.keys())
         stats.note_run(run.driver)
+        alone = stats.separate(run.driver, hunt.factory, hunt.checks.build)
+        if alone is not None:   # a finding of its own, shown by a request fewer
+            w, run = alone.driver.workload(), alone
         if run.violation is not None:
             record_failure(hunt.out, w, run.violation, run.driver.trace, f"loopcheck fuzz {hunt.checks}", stats,
                            hunt.start)

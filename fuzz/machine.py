@@ -4,11 +4,14 @@ chosen mode (checks/suite.py) after every step and, at teardown, drains and runs
 the end-of-run checks.
 
 The first violation is the one reported: once a check fails, later rules and
-teardown do nothing, so a teardown failure can never replace it.
+teardown do nothing, so a teardown failure can never replace it. A finding that
+ended the run only after an ignored one is reported at teardown where the run
+without one of its requests shows it alone (`Stats.separate`).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -19,11 +22,12 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, precondition, rule
 
-from loopcheck.checks.base import Violation, ignored, matches
+from loopcheck.checks.base import Check, Violation, ignored, matches
 from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.features import run_features
 from loopcheck.fuzz.mutate import RunNotes
+from loopcheck.fuzz.shrink import separated
 from loopcheck.fuzz.strategies import DEFAULT_SHAPE, VOCAB, Shape, request_bodies
 from loopcheck.model.config import Config
 from loopcheck.model.errors import StopRequest, WorkloadError
@@ -31,10 +35,12 @@ from loopcheck.model.events import Event
 from loopcheck.model.workload import RequestSpec, Workload, save_workload
 from loopcheck.report import Ticker
 from loopcheck.sut.coverage import EdgeCoverage
-from loopcheck.sut.driver import Driver, RunEnded
+from loopcheck.sut.driver import Driver, Run, RunEnded
 from loopcheck.sut.loader import capabilities_of
 from loopcheck.sut.protocol import Observation, SutFactory
 from loopcheck.sut.torch_sut import TorchSUT
+
+SEPARATIONS = 3   # runs tried per signature met only after an ignored finding (`Stats.separate`)
 
 LOCKSTEP = CheckSet("lockstep")
 
@@ -52,6 +58,8 @@ class Stats:
     refused: Counter = field(default_factory=Counter)   # why the system refused a request (`Refused`) -> requests
     ignored: Counter = field(default_factory=Counter)   # ignored finding's signature -> runs that broke it
     after_ignored: Counter = field(default_factory=Counter)   # signature -> runs it broke after an ignored finding
+    separations: Counter = field(default_factory=Counter)    # signature -> runs tried to separate it (`separate`)
+    separated: dict[str, Run] = field(default_factory=dict)   # signature + workload (JSON) -> the run that separated it
     failure_at: float | None = None   # seconds into the campaign of the failure being handled (None: none)
     ticker: Callable[[], None] | None = None   # called when `clock` says a progress line is due, while stepping
     clock: Ticker = field(default_factory=Ticker)
@@ -111,6 +119,25 @@ class Stats:
         self.ignored.update({v.signature for _, v in broken} | ({ended.signature} if direct else set()))
         if ended is not None and not direct:
             self.after_ignored[ended.signature] += 1
+
+    def separate(self, driver: Driver, factory: SutFactory, checks: Callable[[], list[Check]]) -> Run | None:
+        """For a run that a finding ended after an ignored one (and that is not
+        ignored itself): a run of its workload with a request fewer that shows
+        that finding as its own (`shrink.separated`), tried in SEPARATIONS runs
+        per signature at most; None otherwise. The same finding of the same
+        workload gets the same answer again (Hypothesis replays a failing
+        example to report it); once its signature is ignored, none."""
+        ended = driver.ended_by
+        if ended is None or not ignored(driver.checks) or matches(ended, driver.ignore):
+            return None
+        key = ended.signature + json.dumps(driver.workload().to_json(), sort_keys=True)
+        if key in self.separated or self.separations[ended.signature] >= SEPARATIONS:
+            return self.separated.get(key)
+        self.separations[ended.signature] += 1
+        alone = separated(driver.workload(), ended.signature, factory, checks)
+        if alone is not None:
+            self.separated[key] = alone
+        return alone
 
     def note_step(self, events: list[Event], obs: Observation) -> None:
         """Scheduler branches, as far as events show them; and the ticker, when due."""
@@ -262,12 +289,18 @@ class LoopcheckMachine(RuleBasedStateMachine):
         type(self).stats.rules["step"] += 1
 
     def teardown(self) -> None:
+        cls = type(self)
         try:
             if not self.budget_spent() and self.ok():
                 self.guarded(self.driver.finish)
         finally:   # a failing run is noted too
             if hasattr(self, "driver"):
-                type(self).stats.note_run(self.driver)
+                cls.stats.note_run(self.driver)
+        alone = cls.stats.separate(self.driver, cls.factory, cls.checks.build) if hasattr(self, "driver") else None
+        if alone is not None and alone.violation is not None:   # a finding of its own, shown by a request fewer
+            record_failure(cls.out_dir, alone.driver.workload(), alone.violation, alone.driver.trace, cls.source,
+                           cls.stats, cls.clock_start)
+            raise alone.violation
 
 
 PREFIXES = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=6).map(tuple),

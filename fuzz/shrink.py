@@ -3,7 +3,8 @@ aborts, shorten prompts and max_tokens, and move arrivals earlier, keeping each
 change only if replaying still breaks the same rule (the violation's
 signature). Bounded by work (a number of replays): the result after n replays is
 the same on any machine under any load. A deadline, where given, may stop it earlier; the result says after how
-many replays, so that the same bound reproduces it."""
+many replays, so that the same bound reproduces it. Before that, `separated` tells a finding that came only after
+an ignored one from that one's consequence, by dropping one request at a time."""
 
 from __future__ import annotations
 
@@ -75,6 +76,20 @@ class Shrunk:
 
 class NotReproduced(Exception):
     """The workload to shrink does not break the rule it was recorded for."""
+
+
+def separated(w: Workload, signature: str, factory: SutFactory, checks: Callable[[], list[Check]]) -> Run | None:
+    """A run of `w` with one of its requests dropped (each in turn; at most one
+    replay per request) that reports a violation of `signature` as its own
+    finding, no ignored finding before it; None if none does. A violation that
+    came only after an ignored finding in `w`'s run may be that finding's
+    consequence; one that a request fewer shows alone is a bug of its own."""
+    for i in range(len(w.requests) if len(w.requests) > 1 else 0):
+        StopRequest.check()
+        run = run_workload(with_request(w, i, None), factory, checks())
+        if run.violation is not None and run.violation.signature == signature:
+            return run
+    return None
 
 
 def shrink(w: Workload, signature: str, factory: SutFactory, checks: Callable[[], list[Check]],

@@ -47,7 +47,8 @@ class RunEnded(Exception):
     """The run met a finding that is not reported: the system crashed, hung or did
     not drain in a way the run's checks ignore (`matches` its signature), or any
     property broke after an ignored finding earlier in the run (a consequence of
-    a known bug is not a new one). Nothing more is judged in this run.
+    a known bug is not a new one; a campaign tries such a run again without each
+    request, `fuzz/shrink.py`'s `separated`). Nothing more is judged in this run.
     `Driver.ended_by` holds the finding."""
 
 
@@ -233,11 +234,20 @@ class Driver:
         return self.last_input + 4 * sum(work_units(self.workload())) + 50
 
     def run_to_drain(self, max_steps: int | None = None) -> bool:
-        """Step until drained or `max_steps` steps in all; True if drained."""
+        """Step until drained or `max_steps` steps in all, or until a finding the
+        checks ignore showed the state repeating with no input to come (a stall
+        or livelock with its cycle: every later step repeats it, so it could
+        show nothing new); True if drained."""
         cap = max_steps if max_steps is not None else self.default_cap()
-        while not self.drained() and self.t < cap:
+        while not self.drained() and self.t < cap and not self.repeating():
             self.step()
         return self.drained()
+
+    def repeating(self) -> bool:
+        """Whether an ignored finding of this run showed the state repeating (a
+        violation with its `cycle`) in a step after the last input."""
+        last = max(self.last_input, self.inputs_until)
+        return any(v.cycle is not None and v.step is not None and v.step > last for _, v in ignored(self.checks))
 
     def finish(self, max_steps: int | None = None) -> None:
         """Drain within the checks' step cap, or `max_steps` if given (else a

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import inspect
 import json
+from collections import Counter
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import pytest
+from hypothesis.database import InMemoryExampleDatabase
 
-from loopcheck.checks.base import Violation
+from loopcheck.checks.base import Violation, ignored
 from loopcheck.checks.suite import CheckSet
 from loopcheck.cli import main
-from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.campaign import Hunt, run_campaign, run_recorded
+from loopcheck.fuzz.machine import LAST_FAILURE, SEPARATIONS, Stats
 from loopcheck.fuzz.seeds import derived_seed
+from loopcheck.fuzz.shrink import separated
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import RequestSpec, Workload, load_workload
@@ -33,6 +38,14 @@ def crashing_abort() -> Workload:
     """A waiting request aborted: the toy with crash-on-abort raises in step()."""
     cfg = Config(**{**Config().to_json(), **PINNED, "num_blocks": 8, "block_size": 2, "max_num_seqs": 1})
     return Workload(cfg, (RequestSpec("a", (1, 2, 3), 3), RequestSpec("b", (4, 5), 2, abort_at=1)))
+
+
+def leaking() -> Workload:
+    """Three requests on a pool of 4 blocks: the toy with its leak loses the first
+    one's blocks, and the others stall for them."""
+    cfg = Config(**{**Config().to_json(), **PINNED, "num_blocks": 4, "block_size": 2, "max_num_seqs": 2})
+    return Workload(cfg, (RequestSpec("a", (1, 2, 3), 2), RequestSpec("b", (4, 5, 6), 2, arrival=1),
+                          RequestSpec("c", (7, 8, 9), 2, arrival=2)))
 
 
 def test_a_violation_is_signed_by_the_rule_that_built_it() -> None:
@@ -104,8 +117,9 @@ def test_the_command_lists_distinct_bugs_and_reproduces_them(tmp_path: Path, cap
             "--budget-seconds", "600", "--seed", "2", "--shrink-replays", "40", "--json"]
     assert main(argv + ["--out", str(tmp_path / "a")]) == 1
     one = json.loads(capsys.readouterr().out.splitlines()[-1])
-    props = sorted(c["property"] for c in one["counterexamples"])
-    assert props == ["kv-conservation", "seq-cap"]
+    props = [c["property"] for c in one["counterexamples"]]   # (the leak's lone preemption may come too)
+    assert {"kv-conservation", "seq-cap"} <= set(props)
+    assert len({c["signature"] for c in one["counterexamples"]}) == len(props)
     assert all("--keep-going" in c["reproduce"] for c in one["counterexamples"])
     assert f"--ignore {one['counterexamples'][0]['signature']}" in one["counterexamples"][1]["replay"]
     report = Path(one["report"]).read_text()   # OUT/report.md: each finding, its replay line and timeline
@@ -127,11 +141,77 @@ def test_seeds_of_a_campaigns_parts_are_independent() -> None:
 def test_what_breaks_after_an_ignored_finding_is_its_consequence_not_a_new_bug() -> None:
     """The leaking toy: once its leak (kv-conservation) is ignored, the stall it
     causes later in the same run ends the run quietly, named in `ended_by`."""
-    cfg = Config(**{**Config().to_json(), **PINNED, "num_blocks": 4, "block_size": 2, "max_num_seqs": 2})
-    w = Workload(cfg, (RequestSpec("a", (1, 2, 3), 2), RequestSpec("b", (4, 5, 6), 2, arrival=1),
-                       RequestSpec("c", (7, 8, 9), 2, arrival=2)))
+    w = leaking()
     leak = run_workload(w, toy("leak"), PROPERTY.build()).violation
     assert leak is not None and leak.prop == "kv-conservation"
     quiet = run_workload(w, toy("leak"), PROPERTY.ignoring("kv-conservation").build())
     assert quiet.violation is None and quiet.driver.ended_by is not None
     assert quiet.driver.ended_by.prop == "stall"   # (its blocks never come back)
+
+
+def test_a_run_stops_once_an_ignored_finding_shows_its_state_repeating() -> None:
+    """Ignored, a stall found by the state key (the state after a step equal to
+    the one before, no input to come) stops the run right there instead of at
+    the step cap: every later step would repeat it. The run neither drains nor
+    reports a finding; a stall found before a later input does not stop it."""
+    w = leaking()
+    quiet = run_workload(w, toy("leak"), PROPERTY.ignoring("kv-conservation").ignoring("stall").build())
+    (stall,) = [v for _, v in ignored(quiet.driver.checks) if v.prop == "stall"]
+    assert stall.cycle is not None and quiet.violation is None and not quiet.drained
+    assert quiet.driver.t == stall.step + 1 < quiet.driver.default_cap() - 10   # stopped after the step that showed it
+    quiet.driver.last_input = stall.step + 1   # an input after it: the state may change again
+    assert not quiet.driver.repeating()
+
+
+def hidden_behind_a_stuck_request() -> Workload:
+    """The toy with no-reject and slot-cap: `big` never fits and is not rejected
+    (never-fit-not-rejected after 3 steps); later `a` and `b` run together over
+    max_num_seqs 1 (seq-cap), a bug of its own that `big` has nothing to do with."""
+    cfg = Config(**{**Config().to_json(), **PINNED, "num_blocks": 4, "block_size": 2, "max_num_seqs": 1})
+    return Workload(cfg, (RequestSpec("big", tuple(range(12)), 2), RequestSpec("a", (1, 2), 2, arrival=3),
+                          RequestSpec("b", (3, 4), 2, arrival=3)))
+
+
+def test_a_finding_after_an_ignored_one_counts_where_a_request_fewer_shows_it_alone(tmp_path: Path) -> None:
+    """With never-fit-not-rejected ignored, seq-cap ends the run unreported (it
+    came after the ignored finding); the campaign's runs try it without each
+    request in turn, and without `big` it is the run's own finding: recorded,
+    with that workload. A consequence of the ignored bug (the leak's stall) is
+    not separated; each signature is tried in SEPARATIONS runs at most."""
+    stuck, w = toy("no-reject", "slot-cap"), hidden_behind_a_stuck_request()
+    checks = PROPERTY.ignoring("never-fit-not-rejected")
+    run = run_workload(w, stuck, checks.build())
+    assert run.violation is None and run.driver.ended_by.prop == "seq-cap"
+    alone = separated(w, run.driver.ended_by.signature, stuck, checks.build)
+    assert alone is not None and alone.violation.prop == "seq-cap" and [s.rid for s in alone.driver.specs] == ["a", "b"]
+    hunt = Hunt(stuck, checks, tmp_path, Stats(), 0.0, InMemoryExampleDatabase())
+    run_recorded([(w, Counter())], hunt)
+    assert hunt.found is not None and hunt.found.prop == "seq-cap"
+    assert [r.rid for r in load_workload(tmp_path / LAST_FAILURE).requests] == ["a", "b"]
+    stats = Stats()
+    first = stats.separate(run.driver, stuck, checks.build)
+    assert first is not None and stats.separate(run.driver, stuck, checks.build) is first   # the same answer again
+
+    def another(k: int):   # the same bug in another workload: `a` with another prompt
+        a = replace(w.requests[1], prompt=(1, 10 + k))
+        return run_workload(replace(w, requests=(w.requests[0], a, w.requests[2])), stuck, checks.build()).driver
+
+    assert all(stats.separate(another(k), stuck, checks.build) is not None for k in range(SEPARATIONS - 1))
+    assert stats.separate(another(SEPARATIONS), stuck, checks.build) is None   # SEPARATIONS runs tried for it
+    leak = PROPERTY.ignoring("kv-conservation")
+    quiet = run_workload(leaking(), toy("leak"), leak.build())
+    assert quiet.driver.ended_by.prop == "stall"
+    assert separated(leaking(), quiet.driver.ended_by.signature, toy("leak"), leak.build) is None
+
+
+def test_a_campaign_reports_a_separated_finding_once_and_goes_on(tmp_path: Path) -> None:
+    """Seed 3 of the stuck toy with never-fit-not-rejected and stall ignored
+    meets seq-cap first after the ignored finding, separates it and reports
+    it; once it is ignored the same example replayed from the database does not
+    report it again (every finding's signature is distinct)."""
+    checks = PROPERTY.ignoring("never-fit-not-rejected").ignoring("stall")
+    result = run_campaign("guarded", 600, 3, tmp_path, "random", factory=toy("no-reject", "slot-cap"), checks=checks,
+                          keep_going=True, max_examples=200, max_replays=30)
+    signatures = [f.violation.signature for f in result.findings]
+    assert result.stats.separated and "seq-cap@checks/safety.py:33" in signatures
+    assert len(signatures) == len(set(signatures))
