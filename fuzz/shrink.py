@@ -1,5 +1,7 @@
-"""Shrinking a failing recorded workload directly: drop requests, then drop
-aborts, shorten prompts and max_tokens, and move arrivals earlier, keeping each
+"""Shrinking a failing recorded workload directly: drop requests (alone, or with
+the requests after each moved by up to three steps or by as long as it lived,
+so that the gap it leaves closes), then drop aborts, shorten prompts and
+max_tokens, and move arrivals earlier, keeping each
 change only if replaying still breaks the same rule (the violation's
 signature). Bounded by work (a number of replays): the result after n replays is
 the same on any machine under any load. A deadline, where given, may stop it earlier; the result says after how
@@ -14,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from loopcheck.checks.base import Check
 from loopcheck.model.errors import StopRequest
+from loopcheck.model.events import Event
 from loopcheck.model.workload import RequestSpec, Workload
 from loopcheck.report import Ticker
 from loopcheck.sut.driver import Run, run_workload
@@ -41,13 +44,27 @@ def _shift_from(w: Workload, step: int, by: int) -> Workload:
     return Workload(w.config, tuple(shifted(r, by) if r.arrival >= step else r for r in w.requests))
 
 
-def _candidates(w: Workload) -> Iterator[Workload]:
+def lifetimes(trace: list[list[Event]]) -> dict[str, int]:
+    """Per request, the steps from its first event to its last in `trace`."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for t, events in enumerate(trace):
+        for e in events:
+            first.setdefault(e.rid, t)
+            last[e.rid] = t
+    return {rid: last[rid] - first[rid] + 1 for rid in first}
+
+
+def candidates(w: Workload, lives: dict[str, int]) -> Iterator[Workload]:
+    """Smaller or simpler variants of `w`, the likeliest gains first; `lives`:
+    each request's lifetime in steps in `w`'s run."""
     for i in range(len(w.requests)):
         yield with_request(w, i, None)
         later = [r.arrival for r in w.requests if r.arrival > w.requests[i].arrival]
-        if later:   # drop it and move the requests after it, to keep the timing that matters
-            first = min(later)
-            for by in (-3, -2, -1, 1, 2, 3):
+        if later:   # drop it and move the requests after it, to keep the timing that matters (the gap it
+            first = min(later)   # leaves: as long as it lived)
+            life = lives.get(w.requests[i].rid, 0)
+            for by in sorted({-3, -2, -1, 1, 2, 3, -life - 1, -life, 1 - life} - {0}):
                 if first + by >= 0:
                     yield _shift_from(with_request(w, i, None), first, by)
     for step in sorted({r.arrival for r in w.requests} - {0}):
@@ -113,7 +130,7 @@ def shrink(w: Workload, signature: str, factory: SutFactory, checks: Callable[[]
     clock = Ticker(tick)
     while improved and replays < max_replays:
         improved = False
-        for cand in _candidates(w):
+        for cand in candidates(w, lifetimes(best.driver.trace)):
             if not cand.requests:
                 continue
             if replays >= max_replays:

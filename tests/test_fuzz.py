@@ -214,12 +214,12 @@ def test_shrinking_keeps_prompt_only_requests_valid_and_never_makes_them() -> No
     (max_tokens 0) is left as it is (a candidate with -1 had raised inside
     shrinking, where it read as "does not reproduce"), and a request with tokens
     does not become prompt-only."""
-    from loopcheck.fuzz.shrink import _candidates
+    from loopcheck.fuzz.shrink import candidates
 
     w = load_workload("examples/livelock.json")
     w = Workload(w.config, (replace(w.requests[0], max_tokens=0), replace(w.requests[1], max_tokens=2),
                             *w.requests[2:]))
-    tokens = [{r.rid: r.max_tokens for r in cand.requests} for cand in _candidates(w)]
+    tokens = [{r.rid: r.max_tokens for r in cand.requests} for cand in candidates(w, {})]
     first, second = w.requests[0].rid, w.requests[1].rid
     assert all(row.get(first, 0) == 0 and all(m >= 1 for rid, m in row.items() if rid != first) for row in tokens)
     assert any(row.get(second) == 1 for row in tokens)
@@ -262,3 +262,21 @@ def test_prompts_start_with_a_shared_prefix_or_a_near_miss_of_it() -> None:
         changed = prefix[:j - 1] + (prefix[j - 1] + 1,) + prefix[j:]
         hypothesis.find(bodies, lambda b, changed=changed: b["prompt"][:len(prefix)] == changed)
     hypothesis.find(bodies, lambda b: b["prompt"][:len(prefix)] == prefix)
+
+
+def test_a_dropped_request_s_gap_is_closed_by_its_lifetime() -> None:
+    """Dropping a request that kept the pool busy for its lifetime moves what
+    came after it earlier by that many steps (and one more or fewer), so a bug
+    whose timing the drop would shift is kept: the candidates hold the drop
+    with every later arrival moved by -life-1, -life and 1-life."""
+    from loopcheck.fuzz.shrink import candidates, lifetimes
+    from loopcheck.model.events import Event
+    from loopcheck.model.workload import RequestSpec
+
+    trace = [[Event("arrive", "f"), Event("admit", "f", (0,))], [Event("token", "f", (0, 1, 1))],
+             [Event("token", "f", (1, 2, 1)), Event("finish", "f", ("length",))], [], [Event("arrive", "u")]]
+    assert lifetimes(trace) == {"f": 3, "u": 1}
+    w = Workload(Config(), (RequestSpec("f", (1, 2), 2), RequestSpec("l", (3, 4), 2),
+                            RequestSpec("u", (5,), 1, arrival=4)))
+    moved = {c.requests[-1].arrival for c in candidates(w, {"f": 3}) if [r.rid for r in c.requests] == ["l", "u"]}
+    assert {0, 1, 2} <= moved and 4 in moved   # 4 - 3 - 1, 4 - 3, 4 - 3 + 1; and the drop alone
