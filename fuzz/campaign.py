@@ -234,7 +234,7 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
         stats.guidance = {"corpus entries": len(stats.corpus.entries), "features": len(stats.corpus.counts),
                           "code edges": sum(f[0] == "edge" for f in stats.corpus.counts)}
     # (the result may cross to another process: it keeps no hook, no code objects, no database)
-    stats.ticker, stats.coverage, stats.corpus = None, None, None
+    stats.ticker, stats.coverage, stats.corpus, stats.separated = None, None, None, {}
     return result
 
 

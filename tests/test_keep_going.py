@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import pickle
 from collections import Counter
 from dataclasses import replace
 from functools import partial
@@ -213,5 +214,7 @@ def test_a_campaign_reports_a_separated_finding_once_and_goes_on(tmp_path: Path)
     result = run_campaign("guarded", 600, 3, tmp_path, "random", factory=toy("no-reject", "slot-cap"), checks=checks,
                           keep_going=True, max_examples=200, max_replays=30)
     signatures = [f.violation.signature for f in result.findings]
-    assert result.stats.separated and "seq-cap@checks/safety.py:33" in signatures
+    assert result.stats.separations["seq-cap@checks/safety.py:33"] and "seq-cap@checks/safety.py:33" in signatures
     assert len(signatures) == len(set(signatures))
+    assert not result.stats.separated   # it keeps no run (a vLLM run does not pickle): a worker's result crosses
+    assert pickle.loads(pickle.dumps(result)).findings   # to the parent process
