@@ -130,11 +130,12 @@ class Stats:
         ended = driver.ended_by
         if ended is None or not ignored(driver.checks) or matches(ended, driver.ignore):
             return None
-        key = ended.signature + json.dumps(driver.workload().to_json(), sort_keys=True)
+        workload = driver.workload()
+        key = ended.signature + json.dumps(workload.to_json(), sort_keys=True)
         if key in self.separated or self.separations[ended.signature] >= SEPARATIONS:
             return self.separated.get(key)
         self.separations[ended.signature] += 1
-        alone = separated(driver.workload(), ended.signature, factory, checks)
+        alone = separated(workload, ended.signature, factory, checks)
         if alone is not None:
             self.separated[key] = alone
         return alone

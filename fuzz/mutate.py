@@ -180,8 +180,8 @@ def fitting_pool(w: Workload, num_blocks: int, before: Workload | None = None) -
     the pool or grows a prompt moves the run, it does not turn a request into
     one the system must reject."""
     was = before or w
-    fitted = [r for r in w.requests if not any(o.rid == r.rid and never_fits(o, was.config) for o in was.requests)]
-    return max([num_blocks] + [total_pages(r, w.config) * w.config.planes for r in fitted])
+    never = {o.rid for o in was.requests if never_fits(o, was.config)}
+    return max([num_blocks] + [total_pages(r, w.config) * w.config.planes for r in w.requests if r.rid not in never])
 
 
 def tighten_pool(w: Workload, rng: random.Random) -> Workload | None:
