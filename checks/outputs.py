@@ -18,15 +18,23 @@ if TYPE_CHECKING:
     from loopcheck.sut.driver import Driver
 
 
+def roomy(n: int) -> int:
+    """`n` rounded up to a power of two: as unconstrained as `n`, from a few
+    values in all (an adapter that builds state per config, as vLLM's does,
+    builds it once per value)."""
+    return 1 << max(0, n - 1).bit_length()
+
+
 def unconstrained(workload: Workload, pinned: dict[str, Any]) -> Config:
     """The workload's config with a pool, slots and a token budget large enough that
-    nothing contends, and priority preemption off; pinned fields stay."""
+    nothing contends (slots and budget rounded up to a power of two: `roomy`), and
+    priority preemption off; pinned fields stay."""
     cfg, reqs = workload.config, workload.requests
     fitting = [r for r in reqs if not never_fits(r, cfg)]
     blocks = max(cfg.num_blocks, sum(lifetime_blocks(r, cfg) for r in fitting) + cfg.watermark_blocks + cfg.planes)
-    changes: dict[str, Any] = dict(num_blocks=blocks, max_num_seqs=max(cfg.max_num_seqs, len(reqs)),
-                                   max_num_batched_tokens=max(cfg.max_num_batched_tokens,
-                                                              sum(len(r.prompt) for r in reqs) + len(reqs)),
+    changes: dict[str, Any] = dict(num_blocks=blocks, max_num_seqs=roomy(max(cfg.max_num_seqs, len(reqs))),
+                                   max_num_batched_tokens=roomy(max(cfg.max_num_batched_tokens,
+                                                                    sum(len(r.prompt) for r in reqs) + len(reqs))),
                                    priority_preemption=False)
     return replace(cfg, **{k: v for k, v in changes.items() if k not in pinned})
 

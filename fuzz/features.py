@@ -4,7 +4,7 @@ edges its own code took (sut/coverage.py). A workload whose run shows a feature
 no earlier run showed goes into the corpus (fuzz/corpus.py).
 
 Counts are put in buckets (1, 2, 3, 4-7, 8-15, ...), as AFL does with edge
-hits: a loop taken twice is news after it was taken once, the 9th time is not.
+hits: a request preempted twice is news after once, the 9th time is not.
 Each feature is a tuple whose first item names its kind.
 """
 
@@ -16,10 +16,11 @@ from collections.abc import Hashable
 
 from loopcheck.model.events import Event
 from loopcheck.model.workload import RequestSpec
+from loopcheck.sut.coverage import Edge
 
 Feature = Hashable
 # Features that only tell a run is new, too fine to aim at: the ones a target is chosen from are the others.
-NOVELTY_ONLY = ("occupancy", "edge-hits")
+NOVELTY_ONLY = ("occupancy",)
 WORK = ("prefill", "token")
 
 
@@ -49,9 +50,13 @@ class TraceFeatures:
     - prefix-cache hits on admission and resumption: after a preemption or not,
       in buckets, and whether the request that computed a hit page's tokens
       first had finished or been preempted by then;
+    - pages the system's prefix cache registered in a step for positions no
+      request had computed by its end, and whether it still held them after
+      the step (where the system reports its registrations): one dropped again
+      in the step is the near miss of one left cached (`prefix-hits`);
     - pool occupancy in eighths of the pool, and waiting and running counts
       (bucketed), each step;
-    - the system's code edges with their hit counts (bucketed).
+    - the system's code edges.
     """
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
@@ -109,9 +114,11 @@ class TraceFeatures:
         ka, kb = self.specs[a].key[:2], self.specs[b].key[:2]
         return first, "more" if ka < kb else "less" if ka > kb else "same"
 
-    def fold(self, events: list[Event], blocks_held: int) -> None:
-        """One step's events and the blocks held after it."""
+    def fold(self, events: list[Event], blocks_held: int, uncomputed: tuple[bool, ...] = ()) -> None:
+        """One step's events, the blocks held after it, and, for each page the
+        cache registered in it uncomputed, whether it held it after the step."""
         found = self.found
+        found.update(("uncomputed-registration", held) for held in uncomputed)
         per_request: dict[str, list[str]] = {}
         kinds = sorted({e.kind for e in events})
         for i, a in enumerate(kinds):
@@ -173,17 +180,17 @@ class TraceFeatures:
         elif e.kind in ("abort", "reject"):
             found.add((e.kind, self.status.get(rid)))
 
-    def add_edges(self, edges: Counter) -> None:
-        """The system's code edges this run took, each alone and with its hit
-        count bucketed."""
+    def add_edges(self, edges: set[Edge]) -> None:
+        """The system's code edges this run took."""
         self.found.update(("edge", edge) for edge in edges)
-        self.found.update(("edge-hits", edge, bucket(n)) for edge, n in edges.items())
 
 
 def run_features(num_blocks: int, block_size: int, specs: list[RequestSpec], trace: list[list[Event]],
-                 held: list[int], edges: Counter | None = None) -> set[Feature]:
+                 held: list[int], edges: set[Edge] | None = None,
+                 uncomputed: list[tuple[bool, ...]] | None = None) -> set[Feature]:
     """The features of a run: its requests as submitted (each arriving at its
-    step), its trace, the blocks held after each step, and its code edges."""
+    step), its trace, the blocks held after each step, its code edges, and its
+    uncomputed registrations per step (`Driver.uncomputed_registrations`)."""
     features = TraceFeatures(num_blocks, block_size)
     by_step: dict[int, list[RequestSpec]] = {}
     for spec in specs:
@@ -191,7 +198,8 @@ def run_features(num_blocks: int, block_size: int, specs: list[RequestSpec], tra
     for t, events in enumerate(trace):
         for spec in by_step.get(t, ()):
             features.submitted(spec)
-        features.fold(events, held[t] if t < len(held) else 0)
+        registered = uncomputed[t] if uncomputed and t < len(uncomputed) else ()
+        features.fold(events, held[t] if t < len(held) else 0, registered)
     if edges:
         features.add_edges(edges)
     return features.found

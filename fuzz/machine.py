@@ -110,7 +110,8 @@ class Stats:
         if self.corpus is not None and driver.specs:
             cfg, workload = driver.cfg, driver.workload()
             self.corpus.note(workload, run_features(cfg.num_blocks, cfg.block_size, driver.specs, driver.trace,
-                                                    self.held, driver.coverage and driver.coverage.edges),
+                                                    self.held, driver.coverage and driver.coverage.edges,
+                                                    driver.uncomputed_registrations),
                              RunNotes.of(workload, driver.trace,
                                          {rid: tuple(r.token_ids) for rid, r in driver.view.requests.items()},
                                          self.held))

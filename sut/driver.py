@@ -149,6 +149,9 @@ class Driver:
         self.skipped: dict[str, str] = {}
         self.refused: dict[str, str] = {}   # requests the system refused at `add` (`Refused`) -> why
         self.obs = Observation()
+        # per step, for each page the system's prefix cache registered in it that no request had computed by its
+        # end (`Observation.registered_pages`), whether the cache still held it after the step (in runs with checks)
+        self.uncomputed_registrations: list[tuple[bool, ...]] = []
         self._index: dict[str, int] = {}   # request id -> position in specs
         self.sut: SystemUnderTest
         try:
@@ -216,6 +219,10 @@ class Driver:
         events = check_events(self._call("step", self.sut.step), self.view.requests)
         self.obs = check_observation(self._call("observe", self.sut.observe), self.view.requests)
         self.view.fold(events)
+        registered = self.obs.registered_pages if self.view.keep_pages else []   # (judged against computed pages)
+        cached = set(self.obs.cached_pages)
+        self.uncomputed_registrations.append(tuple(sorted(page in cached for page in registered
+                                                          if hash(page) not in self.view.computed_pages)))
         self.t += 1
         self.trace.append(events)
         self.counters.fold(events)

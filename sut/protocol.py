@@ -113,6 +113,10 @@ class Observation:
     cached_pages: the pages the prefix cache holds (held or cache-only), each as
       the tokens at positions 0 to its end that it stands for (a page of a
       prefix cache keyed by prefix stands for its whole prefix).
+    registered_pages: the pages the prefix cache registered during the step, as
+      `cached_pages` (whether or not it still holds them after it; optional, for
+      guidance: a page registered for work the step then did not do and dropped
+      again in it is the near miss of one left cached).
     """
 
     blocks_held: int = 0
@@ -123,6 +127,7 @@ class Observation:
     state_key: Hashable | None = None
     block_tables: dict[str, list[list[int]]] = field(default_factory=dict)
     cached_pages: list[tuple[int, ...]] = field(default_factory=list)
+    registered_pages: list[tuple[int, ...]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

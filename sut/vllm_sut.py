@@ -17,6 +17,7 @@ so a recompute yields the same tokens and a wrong context would not.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -32,13 +33,34 @@ PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb
 _REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "rejected"}
 
 
+@functools.lru_cache(maxsize=256)
+def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_num_batched_tokens: int,
+                  long_prefill: int, policy: str) -> Any:
+    """vLLM's VllmConfig for these scheduler settings, built once per process
+    and shared by the runs that use them (building one validates the model's
+    config and the platform: about 13 ms, more than a whole run of vLLM's
+    scheduler). vLLM's scheduler, KV cache manager and block pool only read it;
+    each run builds its own of those. The pool's size is not part of it: it is
+    set before each Scheduler is built, which reads it once."""
+    from vllm.config import CacheConfig, DeviceConfig, KVEventsConfig, ModelConfig, SchedulerConfig, VllmConfig
+
+    sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                            max_model_len=65536, enable_chunked_prefill=True, is_encoder_decoder=False,
+                            long_prefill_token_threshold=long_prefill, policy=policy)
+    model = ModelConfig(model=str(TINY_MODEL_DIR), skip_tokenizer_init=True, dtype="float32", seed=0,
+                        max_model_len=65536)
+    cache = CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching)
+    events = KVEventsConfig(enable_kv_cache_events=True, publisher="null")   # (read after each schedule())
+    return VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
+                      device_config=DeviceConfig(device="cpu"), kv_events_config=events)
+
+
 class VllmSUT:
     """One vLLM Scheduler with a fake model runner."""
 
     def __init__(self, cfg: Config) -> None:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")   # before vLLM's first import
         import torch
-        from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -53,19 +75,12 @@ class VllmSUT:
         if cfg.max_num_batched_tokens < cfg.max_num_seqs:
             raise WorkloadError(f"config.max_num_batched_tokens: vLLM needs at least max_num_seqs "
                                 f"({cfg.max_num_seqs}), got {cfg.max_num_batched_tokens}")
-        sched = SchedulerConfig(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                max_model_len=65536, enable_chunked_prefill=True, is_encoder_decoder=False,
-                                long_prefill_token_threshold=long_prefill,
-                                policy="priority" if cfg.priority_preemption else "fcfs")
-        model = ModelConfig(model=str(TINY_MODEL_DIR), skip_tokenizer_init=True, dtype="float32", seed=0,
-                            max_model_len=65536)
-        cache = CacheConfig(block_size=bs, enable_prefix_caching=cfg.prefix_caching)
-        vllm_config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
-                                 device_config=DeviceConfig(device="cpu"))
+        vllm_config = engine_config(bs, cfg.prefix_caching, cfg.max_num_seqs, cfg.max_num_batched_tokens,
+                                    long_prefill, "priority" if cfg.priority_preemption else "fcfs")
         blocks = cfg.num_blocks + 1   # vLLM's block 0 is its reserved null block
         kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(
             ["layer"], FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32))])
-        cache.num_gpu_blocks = blocks
+        vllm_config.cache_config.num_gpu_blocks = blocks   # (read once, by the Scheduler's constructor)
         self.scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv,
                                    structured_output_manager=StructuredOutputManager(vllm_config),
                                    block_size=bs, log_stats=False)
@@ -78,6 +93,8 @@ class VllmSUT:
         self.outputs: dict[str, RequestOutput] = {}
         self.preempted: set[str] = set()
         self.page_tokens: dict[bytes, tuple[int, ...]] = {}   # a block hash -> the tokens 0..page end it stands for
+        self.event_pages: dict[Any, tuple[int, ...]] = {}    # the same, by the hash vLLM's KV cache events name
+        self.stored: list[tuple[int, ...]] = []              # the pages vLLM's prefix cache registered this step
         self.steps = 0
         self.requesters: dict[str, str] = {}   # victim -> the request vLLM preempted it for, this step
         self._watch_preemptions()
@@ -147,6 +164,7 @@ class VllmSUT:
         self.requesters = {}
         so = self.scheduler.schedule()
         self._name_pages()
+        self.stored = self._stored_pages()
         for rid in sorted(so.preempted_req_ids or ()):
             self.preempted.add(rid)
             by = self.requesters.get(rid)
@@ -198,18 +216,31 @@ class VllmSUT:
                tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free_ids)
         return Observation(blocks_held=self.cfg.num_blocks - len(free_ids), kv_errors=self._kv_errors(free_ids),
                            outputs=self.outputs, unfinished=bool(self.pending) or s.has_unfinished_requests(),
-                           state_key=key, block_tables=self._block_tables(), cached_pages=self._cached_pages())
+                           state_key=key, block_tables=self._block_tables(), cached_pages=self._cached_pages(),
+                           registered_pages=sorted(set(self.stored)))
 
     def _name_pages(self) -> None:
         """Remember the tokens each block hash of each request stands for (vLLM
         registers a page's hash while it schedules, so every hash it caches is one
         of a request known right after `schedule()`)."""
+        from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
+
         bs = self.cfg.block_size
         for r in self.scheduler.requests.values():
             tokens = r.all_token_ids
             for k, h in enumerate(r.block_hashes):
                 if h not in self.page_tokens:
-                    self.page_tokens[h] = tuple(tokens[:(k + 1) * bs])
+                    self.page_tokens[h] = self.event_pages[maybe_convert_block_hash(h)] = tuple(tokens[:(k + 1) * bs])
+
+    def _stored_pages(self) -> list[tuple[int, ...]]:
+        """The pages vLLM's prefix cache registered in this step's `schedule()`:
+        its own KV cache events (`BlockStored`), still queued until
+        `update_from_output` takes them; a page registered and then dropped again
+        in the same pass (its block taken by another request) is among them."""
+        from vllm.distributed.kv_events import BlockStored
+
+        queue = self.scheduler.kv_cache_manager.block_pool.kv_event_queue
+        return [self.event_pages[h] for e in queue if isinstance(e, BlockStored) for h in e.block_hashes]
 
     def _cached_pages(self) -> list[tuple[int, ...]]:
         """The pages in vLLM's prefix cache (its hash-to-block map, one KV cache

@@ -4,6 +4,7 @@ features, structured mutations and the corpus that aims them."""
 from __future__ import annotations
 
 import random
+import sys
 import textwrap
 from collections import Counter
 from dataclasses import replace
@@ -44,7 +45,7 @@ CFG = Config(**{**Config().to_json(), **PINNED, "num_blocks": 12, "block_size": 
                 "priority_preemption": True})
 
 
-def test_coverage_counts_edges_only_in_the_systems_files_and_only_while_entered(tmp_path, monkeypatch) -> None:
+def test_coverage_records_edges_only_in_the_systems_files_and_only_while_entered(tmp_path, monkeypatch) -> None:
     (tmp_path / "own_sched.py").write_text(textwrap.dedent("""
         def pick(n):
             total = 0
@@ -55,18 +56,21 @@ def test_coverage_counts_edges_only_in_the_systems_files_and_only_while_entered(
     monkeypatch.syspath_prepend(str(tmp_path))
     import own_sched
 
-    cov = EdgeCoverage(code_paths(("own_sched",)))
-    own_sched.pick(3)                     # outside: not counted
+    cov, before = EdgeCoverage(code_paths(("own_sched",))), sys.gettrace()
+    own_sched.pick(3)                     # outside: not recorded
+    assert not cov.edges
     with cov:
-        own_sched.pick(3)
+        own_sched.pick(0)
         sorted([3, 1, 2])                 # not the system's code
-    files = {edge[0] for edge in cov.edges}
-    assert files == {own_sched.__file__}
-    first = min(edge[1] for edge in cov.edges)
-    loop = [(a, b) for (_, _, a, b), n in cov.edges.items() if n == 3]   # the loop body ran three times
-    assert loop and all(a >= first for a, _ in loop)
+    skipped = cov.edges
+    assert skipped and {edge[0] for edge in skipped} == {own_sched.__file__}
     cov.reset()
     assert not cov.edges
+    with cov, cov:                        # re-entrant
+        own_sched.pick(3)
+    looped = cov.edges
+    assert skipped < looped               # the loop's body: arcs a run without it did not take
+    assert sys.gettrace() is before       # the trace function before is back
 
 
 def test_features_name_what_the_trace_did() -> None:
@@ -74,14 +78,15 @@ def test_features_name_what_the_trace_did() -> None:
     trace = [[Event("arrive", "a"), Event("admit", "a", (0,)), Event("prefill", "a", (0, 5, 1))],
              [Event("arrive", "b"), Event("preempt", "a", ("b", False)), Event("admit", "b", (2,))],
              [Event("resume", "a", (2, 0)), Event("prefill", "a", (4, 5, 1))]]
-    found = run_features(12, 2, [a, b], trace, [3, 3, 5], Counter({("f.py", 1, 0, 2): 5}))
+    found = run_features(12, 2, [a, b], trace, [3, 3, 5], {("f.py", 1 << 28 | 2)}, [(), (False,), ()])
     assert ("in-step", ("arrive", "admit", "prefill")) in found
     assert ("across-steps", "prefill", "preempt") in found
     assert ("preempted", 1, False, "prefill") in found
     assert ("hit", "admit", 2, False) in found and ("hit", "resume", 2, True) in found
     assert ("hit-page-of", "admit", "preempted") in found    # b hits pages a computed, a is preempted
     assert ("resumed", 1, 1) in found
-    assert ("edge", ("f.py", 1, 0, 2)) in found and ("edge-hits", ("f.py", 1, 0, 2), 4) in found
+    assert ("edge", ("f.py", 1 << 28 | 2)) in found
+    assert ("uncomputed-registration", False) in found and ("uncomputed-registration", True) not in found
     assert [bucket(n) for n in (0, 1, 3, 4, 7, 8, 100)] == [0, 1, 3, 4, 4, 8, 64]
 
 

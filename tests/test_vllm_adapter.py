@@ -9,6 +9,7 @@ tests are skipped with that reason, visibly."""
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from loopcheck.checks.rules import DocumentedRules
 from loopcheck.checks.suite import CheckSet, checks_for
 from loopcheck.cli import main
 from loopcheck.fuzz.campaign import run_campaign
-from loopcheck.fuzz.strategies import Shape
+from loopcheck.fuzz.directed import draw_workloads
+from loopcheck.fuzz.strategies import Shape, configs, workloads
 from loopcheck.model.config import Config
 from loopcheck.model.workload import RequestSpec, Workload, load_workload
 from loopcheck.sut.driver import run_workload
@@ -149,3 +151,47 @@ def test_a_preemption_names_the_request_vllm_was_allocating_for() -> None:
     run = run_workload(load_workload(Path("examples/vllm/uncomputed_prefix_hit.json")), factory())
     preempts = [(e.rid, e.args) for evs in run.driver.trace for e in evs if e.kind == "preempt"]
     assert preempts == [("r2", ("r0", True))]
+
+
+def test_runs_that_share_vllms_config_do_what_runs_on_a_fresh_one_do() -> None:
+    """The adapter builds vLLM's VllmConfig once per scheduler settings and
+    shares it (the pool's size set before each Scheduler is built): vLLM only
+    reads it, so each run, interleaved with runs on other pools that share it,
+    gives the trace and outputs of the same run on a config built for it alone."""
+    from loopcheck.sut.vllm_sut import PINNED, engine_config
+
+    def outcome(w: Workload) -> tuple:
+        run = run_workload(w, factory(), max_steps=40)   # (a prompt larger than the pool stalls vLLM)
+        return run.driver.trace, run.observation.outputs
+
+    drawn = draw_workloads(workloads(configs(**PINNED), max_requests=5), 11, 15)
+    ws = [w for base in drawn for w in (base, Workload(replace(base.config, num_blocks=base.config.num_blocks + 2),
+                                                       base.requests))
+          if w.config.max_num_batched_tokens >= w.config.max_num_seqs]   # (what vLLM refuses)
+    shared = [outcome(w) for w in ws]
+    assert engine_config.cache_info().hits >= len(ws) // 2
+    fresh = []
+    for w in ws:
+        engine_config.cache_clear()
+        fresh.append(outcome(w))
+    assert shared == fresh and len(ws) > 15
+
+
+def test_a_page_registered_for_work_taken_back_and_dropped_in_the_same_step_is_a_near_miss() -> None:
+    """r0 decodes position 5, the end of its page 1, when r1, more urgent, needs
+    a block: vLLM registers r0's page 1 while it allocates r0's slot, then takes
+    r0 out of the step and gives its last block, that page's, to r1. The page
+    was never computed and is no longer cached after the step: no finding, but
+    the driver records the registration (from vLLM's KV cache events) as the
+    near miss guidance keeps; with the page left cached (the shipped example),
+    it is recorded as held, the step the cached-page rule reports."""
+    cfg = vllm_config(num_blocks=3, block_size=3, max_num_seqs=3, max_num_batched_tokens=7, prefill_chunk_size=4,
+                      prefix_caching=True, priority_preemption=True)
+    w = Workload(cfg, (RequestSpec("r0", (5, 59, 30), 4, priority=3), RequestSpec("r1", (10, 8, 8), 2, arrival=2)))
+    run = run_workload(w, factory(), CheckSet("property").ignoring("priority-inversion").build())
+    assert run.violation is None
+    assert [(t, regs) for t, regs in enumerate(run.driver.uncomputed_registrations) if regs] == [(3, (False,))]
+    assert ("preempt", "r0", ("r1", True)) in [(e.kind, e.rid, e.args) for e in run.driver.trace[3]]
+    cached = run_workload(load_workload(Path("examples/vllm/uncomputed_prefix_hit.json")), factory(),
+                          [c for c in checks_for("property") if not isinstance(c, CachedPages)])
+    assert [(t, regs) for t, regs in enumerate(cached.driver.uncomputed_registrations) if regs] == [(5, (True,))]
