@@ -20,11 +20,11 @@ def add_check_mode(p: argparse.ArgumentParser) -> None:
                    help="property: checks that need no reference model (any system); lockstep: also "
                         "conformance with the reference model (systems with loopcheck's semantics); "
                         "default: lockstep for those, else property")
-    p.add_argument("--ignore", default="", metavar="PROPERTY|SIGNATURE,...",
+    p.add_argument("--ignore", action="append", default=[], metavar="PROPERTY|SIGNATURE,...",
                    help="report no violation of these properties (the names of counterexample files: see "
                         "docs/checking.md), or of these signatures (PROPERTY@FILE:LINE, as a summary prints them: "
                         "one rule of a property, or a crash or hang at one line of the system); counted instead, "
-                        "to look past a known bug")
+                        "to look past a known bug; repeat it to ignore more")
 
 
 def factory_of(args: argparse.Namespace) -> SutFactory:
@@ -33,5 +33,5 @@ def factory_of(args: argparse.Namespace) -> SutFactory:
 
 def check_set_of(args: argparse.Namespace, semantics: str | None) -> CheckSet:
     """The checks `--check` and `--ignore` select (WorkloadError: an unknown property)."""
-    ignore = frozenset(filter(None, (p.strip() for p in args.ignore.split(","))))
+    ignore = frozenset(filter(None, (p.strip() for given in args.ignore for p in given.split(","))))
     return CheckSet(args.check or default_mode(semantics), ignore)

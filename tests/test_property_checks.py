@@ -157,6 +157,8 @@ def test_ignore_looks_past_a_known_bug(tmp_path, capsys) -> None:
     assert main(replay + ["--ignore", "kv-conservation"]) == 1
     out = capsys.readouterr().out
     assert f"REPRODUCED {found['property']}" in out and f"signature {found['signature']}" in out
+    assert main(replay + ["--ignore", found["property"], "--ignore", "kv-conservation"]) == 0   # repeated: both
+    assert "this replay found no violation" in capsys.readouterr().out
     assert main(replay + ["--ignore", "kv-conservation,nope"]) == 2
     assert "loopcheck replay: error: --ignore: unknown property 'nope' (known: abort, " in capsys.readouterr().err
     assert main(replay + ["--ignore", "liveness"]) == 2
