@@ -33,6 +33,8 @@ class EdgeCoverage:
         self.paths = paths
         self._arcs: dict[str, Any] = {}   # file -> the arcs taken in it (the tracer's own record)
         self._tracer = CTracer()
+        # its settings, as coverage's own collector gives them (coverage/collector.py, `_start_tracer`): arcs,
+        # no plugins, no contexts, one thread; a setting left unset crashes the tracer
         for name, value in dict(data=self._arcs, trace_arcs=True, should_trace=self._disposition,
                                 should_trace_cache={}, warn=lambda *args, **kwargs: None,
                                 lock_data=lambda: None, unlock_data=lambda: None, file_tracers={},
