@@ -220,9 +220,9 @@ class Driver:
         self.obs = check_observation(self._call("observe", self.sut.observe), self.view.requests)
         self.view.fold(events)
         registered = self.obs.registered_pages if self.view.keep_pages else []   # (judged against computed pages)
-        cached = set(self.obs.cached_pages)
-        self.uncomputed_registrations.append(tuple(sorted(page in cached for page in registered
-                                                          if hash(page) not in self.view.computed_pages)))
+        uncomputed = [page for page in registered if hash(page) not in self.view.computed_pages]
+        cached = set(self.obs.cached_pages) if uncomputed else set()   # (a set of the cache only when needed)
+        self.uncomputed_registrations.append(tuple(sorted(page in cached for page in uncomputed)))
         self.t += 1
         self.trace.append(events)
         self.counters.fold(events)
