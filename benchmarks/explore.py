@@ -8,9 +8,14 @@ variants are derived, not explored: both rates are shown); then, for the
 scaling over processes only, larger families (seconds each: livelock.json at
 spread 2, the five-request family at spread 6); with --before, the same rates
 of another version of loopcheck beside them; with --largest, the largest
-spread of that family verified within a time limit.
+spread of that family verified within a time limit. With --systems, instead: scoped
+exploration (`loopcheck explore --scope`) of each named system at a preset with
+--keep-going, so that every workload is run: its units, workloads, states,
+transitions and transitions/s on one core (seconds: the median of --repeat runs;
+the counts are the same in every run).
 
 Usage: python -m benchmarks.explore [--spread N] [--largest SECONDS] [--before CHECKOUT]
+       python -m benchmarks.explore --systems model,minisched,vllm,sglang,lmdeploy [--scope tiny] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -118,14 +123,48 @@ def largest(limit: float) -> None:
             break
 
 
+SYSTEMS = {"minisched": "examples/adapter/minisched_adapter.py:MiniSchedSUT"}   # short names of the others
+
+
+def scoped_rows(systems: list[str], scope_name: str, repeat: int) -> list[list[object]]:
+    """Per system: the tally of a keep-going exploration of the scope, and its
+    transitions per second (the median of `repeat` runs, each in this process)."""
+    from loopcheck.checks.suite import CheckSet, default_mode
+    from loopcheck.explorer.scope import load_scope
+    from loopcheck.explorer.scoped import Limits, explore_units, make_plan
+    from loopcheck.sut.loader import capabilities_of, load_factory
+
+    rows = []
+    for name in systems:
+        factory = load_factory(str(ROOT / SYSTEMS[name]) if name in SYSTEMS else name)
+        caps = capabilities_of(factory)
+        plan = make_plan(factory, load_scope(scope_name), caps)
+        runs = [explore_units(factory, plan, list(range(len(plan.units))), CheckSet(default_mode(caps.semantics)),
+                              Limits(), keep_going=True) for _ in range(repeat)]
+        seconds = sorted(r.seconds for r in runs)[len(runs) // 2]
+        t = runs[0].tally
+        rows.append([name, scope_name, t.units, f"{t.workloads:,}", f"{t.states:,}", f"{t.transitions:,}",
+                     f"{t.steps:,}", len(runs[0].findings), f"{seconds:.1f}", f"{t.transitions / seconds:,.0f}"])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--systems", help="comma-separated adapters (model, torch, vllm, sglang, lmdeploy, minisched, "
+                        "MODULE:FACTORY): scoped exploration speed instead of the model explorer's")
+    parser.add_argument("--scope", default="tiny", help="the scope of --systems (default tiny)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per system with --systems (default 3)")
     parser.add_argument("--spread", type=int, default=2)
     parser.add_argument("--largest", type=float, help="grow the five-request family's spread until this many seconds")
     parser.add_argument("--before", type=Path, metavar="CHECKOUT",
                         help="another version of loopcheck (e.g. a git worktree of an older commit): its states/s "
                              "on the same families, measured in the same run")
     args = parser.parse_args()
+    if args.systems:
+        print(table(["system", "scope", "units", "workloads", "states", "transitions", "system steps", "findings",
+                     "seconds (median)", "transitions/s"], scoped_rows(args.systems.split(","), args.scope,
+                                                                       args.repeat)))
+        return
     if args.before and not (args.before / "explorer" / "survey.py").is_file():
         parser.error(f"--before {args.before}: not a loopcheck checkout with the explorer package "
                      "(no explorer/survey.py)")

@@ -3,7 +3,7 @@ produces for the same workload on an unconstrained config."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from loopcheck.checks.base import Check, Violation
@@ -12,7 +12,7 @@ from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import RequestOutput
 from loopcheck.model.workload import Workload
-from loopcheck.sut.protocol import Observation
+from loopcheck.sut.protocol import Observation, SutFactory
 
 if TYPE_CHECKING:
     from loopcheck.sut.driver import Driver
@@ -53,7 +53,7 @@ class OutputEquivalence(Check):
     props = ("output-equivalence",)
 
     def at_end(self, driver: Driver, obs: Observation) -> None:
-        from loopcheck.sut.driver import run_workload
+        # (the run on the unconstrained config is remembered for workloads met again: `reference_run`)
 
         workload = driver.workload()
         if not workload.requests:
@@ -61,8 +61,8 @@ class OutputEquivalence(Check):
         caps = driver.sut.capabilities
         ref_cfg = unconstrained(workload, caps.pinned)
         try:
-            ref = run_workload(Workload(ref_cfg, workload.requests), driver.factory, (),
-                               max_steps=driver.default_cap())
+            ref = reference_run(Workload(ref_cfg, workload.requests), driver.factory,
+                                driver.default_cap())
         except WorkloadError as exc:
             driver.skipped[self.label] = f"the system refuses the unconstrained config: {exc}"
             return
@@ -101,3 +101,33 @@ class ReportedOutputs(Check):
             if out.to_json() != events:
                 raise Violation("reported-outputs", f"{rid}: the system reports {out.to_json()}, its events "
                                                     f"said {events}")
+
+
+REFERENCE_RUNS_KEPT = 2048   # unconstrained runs remembered per process (an exploration ends many runs alike)
+_reference_runs: dict[tuple, Reference] = {}   # (oldest first)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What output equivalence reads of a run on the unconstrained config."""
+
+    violation: Violation | None
+    drained: bool
+    observation: Observation
+
+
+def reference_run(workload: Workload, factory: SutFactory, max_steps: int) -> Reference:
+    """The run of `workload` on the system `factory` builds, without checks, to
+    `max_steps`; the same workload again (systems are deterministic) is not run
+    again while it is among the last REFERENCE_RUNS_KEPT."""
+    from loopcheck.sut.driver import run_workload
+
+    key = (factory, workload, max_steps)
+    found = _reference_runs.pop(key, None)
+    if found is None:
+        run = run_workload(workload, factory, (), max_steps=max_steps)
+        found = Reference(run.violation, run.drained, run.observation)
+        if len(_reference_runs) >= REFERENCE_RUNS_KEPT:
+            del _reference_runs[next(iter(_reference_runs))]
+    _reference_runs[key] = found
+    return found

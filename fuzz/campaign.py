@@ -19,20 +19,12 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.stateful import get_state_machine_test
 
 from loopcheck.checks.base import Violation
+from loopcheck.checks.counterexample import counterexample_path, recorded_violation, write_counterexample
 from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.directed import Director
 from loopcheck.fuzz.hypothesis_constants import no_local_constants
-from loopcheck.fuzz.machine import (
-    LAST_FAILURE,
-    LOCKSTEP,
-    Stats,
-    counterexample_path,
-    machine_class,
-    record_failure,
-    recorded_violation,
-    write_counterexample,
-)
+from loopcheck.fuzz.machine import LAST_FAILURE, LOCKSTEP, Stats, machine_class, record_failure
 from loopcheck.fuzz.mutate import Limits
 from loopcheck.fuzz.seeds import derived_seed
 from loopcheck.fuzz.shrink import NotReproduced, shrink

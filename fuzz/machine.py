@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, precondition, rule
 
 from loopcheck.checks.base import Check, Violation, ignored, matches
+from loopcheck.checks.counterexample import write_counterexample
 from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.features import run_features
@@ -32,7 +33,7 @@ from loopcheck.fuzz.strategies import DEFAULT_SHAPE, VOCAB, Shape, request_bodie
 from loopcheck.model.config import Config
 from loopcheck.model.errors import StopRequest, WorkloadError
 from loopcheck.model.events import Event
-from loopcheck.model.workload import RequestSpec, Workload, save_workload
+from loopcheck.model.workload import RequestSpec, Workload
 from loopcheck.report import Ticker
 from loopcheck.sut.coverage import EdgeCoverage
 from loopcheck.sut.driver import Driver, Run, RunEnded
@@ -163,31 +164,6 @@ class Stats:
 
 
 LAST_FAILURE = "last-failure.json"   # the failure being handled, unshrunk, as soon as it is found
-
-
-def counterexample_path(out: Path, prop: str, number: int = 1) -> Path:
-    """Where a campaign's `number`th distinct finding of `prop` is written."""
-    return out / f"counterexample-{prop}{'' if number == 1 else f'-{number}'}.json"
-
-
-def write_counterexample(path: Path, workload: Workload, violation: Violation,
-                         trace: list[list[Event]], source: str) -> Path:
-    """A replayable counterexample file at `path`: the workload, the property, its
-    signature, message and step, the trace, and for a livelock the cycle."""
-    extra = {"property": violation.prop, "signature": violation.signature, "message": violation.message,
-             "step": violation.step, "source": source, "trace": [[e.to_json() for e in evs] for evs in trace]}
-    if violation.cycle:
-        extra["cycle"] = violation.cycle
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_workload(Workload(workload.config, workload.requests, extra), path)
-    return path
-
-
-def recorded_violation(found: Workload) -> Violation:
-    """The violation a counterexample file records."""
-    extra = found.extra
-    return Violation(extra["property"], extra["message"], extra.get("cycle"), extra.get("step"),
-                     where=extra["signature"].partition("@")[2])
 
 
 def record_failure(out: Path | None, workload: Workload, violation: Violation, trace: list[list[Event]],

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from loopcheck.checks.base import Violation
+from loopcheck.checks.counterexample import counterexample_path
 from loopcheck.checks.suite import CheckSet, default_mode
 from loopcheck.fuzz.hypothesis_constants import no_local_constants
-from loopcheck.fuzz.machine import LAST_FAILURE, Stats, counterexample_path, machine_class
+from loopcheck.fuzz.machine import LAST_FAILURE, Stats, machine_class
 from loopcheck.fuzz.strategies import DEFAULT_SHAPE, configs, request_sizes
 from loopcheck.model.config import Config
 from loopcheck.sut.loader import capabilities_of

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz.campaign import Finding
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import load_workload
@@ -20,12 +21,22 @@ from loopcheck.timeline import check_matplotlib, draw
 REPORT = "report.md"
 
 
-def picture_of(finding: Finding, factory: SutFactory, system: str) -> Path:
-    """Replay the finding's file and draw its timeline beside it; the PNG's path."""
-    path = finding.counterexample.with_suffix(".png")
-    workload = load_workload(finding.counterexample)
-    draw(replay(workload, factory, finding.checks).timeline(workload, system), path)
+def picture_of(counterexample: Path, factory: SutFactory, checks: CheckSet, system: str) -> Path:
+    """Replay a counterexample file with `checks` and draw its timeline beside it;
+    the PNG's path."""
+    path = counterexample.with_suffix(".png")
+    workload = load_workload(counterexample)
+    draw(replay(workload, factory, checks).timeline(workload, system), path)
     return path
+
+
+def timelines_unavailable() -> str:
+    """Why timelines cannot be drawn here ("" when they can)."""
+    try:
+        check_matplotlib("timelines")
+    except WorkloadError as exc:
+        return str(exc)
+    return ""
 
 
 def write_report(out: Path, command: str, summary: dict[str, Any], findings: list[Finding],
@@ -34,11 +45,7 @@ def write_report(out: Path, command: str, summary: dict[str, Any], findings: lis
     `loopcheck fuzz --json` prints it, and its distinct findings); its path."""
     out.mkdir(parents=True, exist_ok=True)
     report = out / REPORT
-    try:
-        check_matplotlib("timelines")
-        drawable = ""
-    except WorkloadError as exc:
-        drawable = str(exc)
+    drawable = timelines_unavailable()
     lines = [f"# loopcheck fuzz: {summary['adapter']}", "", f"    {command}", "",
              f"{summary['examples']} examples, {summary['steps']} steps, {summary['check']} checks, "
              f"policy {summary['policy']}, seed {summary['seed']}"
@@ -58,7 +65,8 @@ def write_report(out: Path, command: str, summary: dict[str, Any], findings: lis
         if drawable:
             lines += [f"(no timeline: {drawable})", ""]
         else:
-            picture = os.path.relpath(picture_of(finding, factory, summary["adapter"]), out)
+            drawn = picture_of(finding.counterexample, factory, finding.checks, summary["adapter"])
+            picture = os.path.relpath(drawn, out)
             lines += [f"![timeline of {here}]({picture})", ""]
     report.write_text("\n".join(lines))
     return report

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from loopcheck import explore_cmd, fuzz_cmd, prove_cmd, replay_cmd, simulate_cmd, verify_cmd
+from loopcheck import explore_cmd, fuzz_cmd, prove_cmd, replay_cmd, scoped_cmd, simulate_cmd, verify_cmd
 
 REGISTRY = {
     "verify": (verify_cmd.register, verify_cmd.run),
     "simulate": (simulate_cmd.register, simulate_cmd.run),
     "prove": (prove_cmd.register, prove_cmd.run),
     "explore": (explore_cmd.register, explore_cmd.run),
+    "combine": (scoped_cmd.register_combine, scoped_cmd.run_combine),
     "replay": (replay_cmd.register, replay_cmd.run),
     "fuzz": (fuzz_cmd.register, fuzz_cmd.run),
 }

@@ -1,4 +1,5 @@
-"""`loopcheck explore`: exhaustive state-space exploration of the reference model."""
+"""`loopcheck explore`: exhaustive state-space exploration of the reference model on a workload, or
+(`--scope`, loopcheck.scoped_cmd) of any system on every workload of a scope."""
 
 from __future__ import annotations
 
@@ -16,29 +17,53 @@ from loopcheck.explorer.explore import peak_memory_mb
 from loopcheck.explorer.lasso_export import lasso_graph, lasso_workload, write_dot
 from loopcheck.explorer.survey import Survey, survey
 from loopcheck.model.bounds import preemption_bound
+from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import Workload, save_workload
+from loopcheck.options import add_adapter, add_check_mode
 from loopcheck.report import Ticker, banner, table
+from loopcheck.scoped_cmd import DEFAULT_MAX_STATES, DEFAULT_OUT, run_scoped
 from loopcheck.simulate_cmd import prepare
+
+MODEL_MAX_STATES = 200_000
+MODEL_ONLY = ("spread", "max_memory_mb", "no_reduce", "merge", "policy")
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workload", help="workload JSON (loopcheck/workload@1)")
-    p.add_argument("--max-states", type=int, default=200_000,
-                   help="stop at this many states with an INCOMPLETE verdict (default 200000)")
+    p.add_argument("workload", nargs="?",
+                   help="workload JSON (loopcheck/workload@1): explore the reference model on it (leave out with "
+                        "--scope)")
+    p.add_argument("--scope", metavar="tiny|small|medium|SCOPE_FILE",
+                   help="explore every workload of this scope (docs/exploring.md) on --adapter, ending in a "
+                        "certificate (exit 0) or the shortest findings (exit 1)")
+    add_adapter(p, None, "model (with --scope)")
+    add_check_mode(p)
+    p.add_argument("--part", metavar="K/N", help="with --scope: explore part K of N (combine the parts' "
+                   "certificates with loopcheck combine)")
+    p.add_argument("--keep-going", action="store_true",
+                   help="with --scope: report every distinct signature in the scope (default: the shortest finding)")
+    p.add_argument("--check-key", type=int, default=0, metavar="N",
+                   help="with --scope: replay up to N merged states per unit from the root and compare them (a "
+                        "divergence is an adapter fault, exit 2)")
+    p.add_argument("--max-seconds", type=float,
+                   help="with --scope: stop after this long with an INCOMPLETE verdict")
+    p.add_argument("--max-states", type=int, default=None,
+                   help=f"stop at this many states with an INCOMPLETE verdict (default {MODEL_MAX_STATES}, with "
+                        f"--scope {DEFAULT_MAX_STATES})")
     p.add_argument("--spread", type=int, default=0,
                    help="enumerate each request's arrival shifted by 0..SPREAD")
     p.add_argument("--max-memory-mb", type=float,
                    help="stop when one process (this one or a worker) passes this peak memory (MiB), "
                    "with an INCOMPLETE verdict")
     p.add_argument("--workers", type=int, default=1,
-                   help="processes exploring the family's variants (same result as one)")
+                   help="processes exploring the family's variants, or with --scope its parts (same result as one)")
     p.add_argument("--no-reduce", action="store_true", help="keep finished requests' details")
     p.add_argument("--merge", action="store_true",
                    help="one node for all states of the family with the same futures (what is still to come and the "
                         "state but its step counter): fewer states, same verdict and worst cases; one process")
     p.add_argument("--policy", choices=("unguarded", "guarded"), help="override config.preemption_policy")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--out", metavar="DIR", help="write a found lasso (.json, .graphml, .dot)")
+    p.add_argument("--out", metavar="DIR", help=f"write a found lasso (.json, .graphml, .dot); with --scope the "
+                   f"certificate, report.md and counterexamples (default {DEFAULT_OUT})")
 
 
 def argv_of(args: argparse.Namespace) -> list[str]:
@@ -91,7 +116,22 @@ def summary(workload: Workload, args: argparse.Namespace) -> tuple[dict[str, Any
 
 
 def run(args: argparse.Namespace) -> int:
-    """Explore every reachable state; report livelocks and worst-case drain figures."""
+    """Explore every state of the reference model on a workload, or every workload of a scope on any system."""
+    if args.scope is not None:
+        if args.workload is not None:
+            raise WorkloadError("give a workload (the model's states) or --scope (any system), not both")
+        given = [name for name in MODEL_ONLY if getattr(args, name) not in (None, False, 0)]
+        if given:
+            raise WorkloadError(f"--{given[0].replace('_', '-')} explores the model on a workload: not with --scope")
+        return run_scoped(args)
+    if args.workload is None:
+        raise WorkloadError("give a workload JSON (the model's states) or --scope NAME|FILE (any system)")
+    scoped = [f"--{n.replace('_', '-')}" for n in ("adapter", "part", "max_seconds") if getattr(args, n) is not None]
+    scoped += ["--keep-going"] * args.keep_going + ["--check-key"] * bool(args.check_key) + ["--ignore"] * bool(
+        args.ignore) + ["--check"] * bool(args.check)
+    if scoped:
+        raise WorkloadError(f"{scoped[0]} needs --scope")
+    args.max_states = args.max_states or MODEL_MAX_STATES
     memory = args.max_memory_mb
     if args.max_states < 1 or args.spread < 0 or args.workers < 1 or (
             memory is not None and not (math.isfinite(memory) and memory > 0)):

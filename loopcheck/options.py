@@ -9,10 +9,10 @@ from loopcheck.sut.loader import SHIPPED, load_factory
 from loopcheck.sut.protocol import SutFactory
 
 
-def add_adapter(p: argparse.ArgumentParser, default: str) -> None:
+def add_adapter(p: argparse.ArgumentParser, default: str | None, default_text: str | None = None) -> None:
     p.add_argument("--adapter", default=default, metavar="NAME|MODULE:FACTORY",
                    help=f"the system under test: {', '.join(SHIPPED)}, or your own factory "
-                        f"(a callable Config -> SUT; see sut/protocol.py); default {default}")
+                        f"(a callable Config -> SUT; see sut/protocol.py); default {default_text or default}")
 
 
 def add_check_mode(p: argparse.ArgumentParser) -> None:

@@ -2,9 +2,9 @@
 explore the small configurations, and short fuzz campaigns of both policies (the
 unguarded one until it finds the livelock, up to LIVELOCK_SEARCH budgets); exit 0
 only if the guarded policy holds everywhere and the unguarded livelock is found by
-every tool. On another system (`--adapter`):
-property-mode fuzz campaigns on random configs it supports; exit 0 only if no
-property breaks."""
+every tool. On another system (`--adapter`): property-mode fuzz campaigns on
+random configs it supports and an exploration of every workload of the tiny
+scope (docs/exploring.md); exit 0 only if no property breaks."""
 
 from __future__ import annotations
 
@@ -18,12 +18,15 @@ from collections import Counter
 from pathlib import Path
 
 from loopcheck.checks.suite import CheckSet
+from loopcheck.explorer.certificate import certificate_from_json
+from loopcheck.explorer.scoped import Limits
 from loopcheck.explorer.survey import survey
 from loopcheck.fuzz.campaign import main_progress, run_campaign
 from loopcheck.model.workload import load_workload
 from loopcheck.options import add_adapter
 from loopcheck.proofs.obligations import ProofPlan, run_all
 from loopcheck.report import banner, checks_not_run, not_run_line, table
+from loopcheck.scoped_cmd import explore_part
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 EXPLORE_CASES = (("livelock_min.json", 2), ("livelock.json", 0))
@@ -131,7 +134,25 @@ def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path, max_e
         rows.append([label, "fuzz", status, "ok" if v is None else "FAIL", f"{result.seconds:.2f}"])
         not_run += result.stats.not_run
         runs += result.stats.examples
-    return rows, not_run_line(checks_not_run(not_run), runs) if not_run else ""
+    return rows + [scope_row(adapter, out)], not_run_line(checks_not_run(not_run), runs) if not_run else ""
+
+
+def scope_row(adapter: str, out: Path) -> Row:
+    """Every workload of the tiny scope explored on the system with its property
+    checks: a certificate, or the shortest finding."""
+    main_progress(f"  explore {adapter}: every workload of the tiny scope ...")
+    cert = certificate_from_json(explore_part((adapter, "tiny", CheckSet("property"), False, Limits(), (1, 1),
+                                               out / "explore-tiny", "")), "verify")
+    t = cert.tally
+    if cert.findings:
+        (f,) = cert.findings
+        status, ok = f"{f['signature']} in {f['steps']} steps: {f['file']}", False
+    elif not t.complete:
+        status, ok = "INCOMPLETE", False
+    else:
+        status, ok = f"certificate: {t.workloads} workloads, {t.states} states, {t.transitions} transitions", True
+    return ["properties, every workload of the tiny scope", "explore", status, "ok" if ok else "FAIL",
+            f"{cert.seconds:.2f}"]
 
 
 def run(args: argparse.Namespace) -> int:

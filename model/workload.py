@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -91,17 +91,24 @@ def _int_list(where: str, value: Any, low: int, high: int) -> tuple[int, ...]:
     return out
 
 
+
+def check_keys(where: str, data: dict, known: Collection[str], required: Iterable[str], what: str) -> None:
+    """Every key of the JSON object `data` is known and every required one is
+    there; WorkloadError naming `where.KEY` otherwise."""
+    for key in data:
+        if key not in known:
+            raise WorkloadError(f"{where}.{key}: unknown {what} key (known: {', '.join(sorted(known))})")
+    for key in required:
+        if key not in data:
+            raise WorkloadError(f"{where}.{key}: missing")
+
+
 def request_from_json(data: Any, index: int, config: Config) -> RequestSpec:
     """Validate one request object; raise WorkloadError naming the field."""
     where = f"requests[{index}]"
     if not isinstance(data, dict):
         raise WorkloadError(f"{where}: must be a JSON object")
-    for key in data:
-        if key not in _REQUEST_KEYS:
-            raise WorkloadError(f"{where}.{key}: unknown request key")
-    for key in ("id", "prompt", "max_tokens"):
-        if key not in data:
-            raise WorkloadError(f"{where}.{key}: missing")
+    check_keys(where, data, _REQUEST_KEYS, ("id", "prompt", "max_tokens"), "request")
     rid = data["id"]
     if not isinstance(rid, str) or not rid:
         raise WorkloadError(f"{where}.id: must be a non-empty string")

@@ -116,5 +116,13 @@ class TraceView:
     def running(self) -> int:
         return sum(r.status == RUNNING for r in self.requests.values())
 
+    def memory(self) -> tuple:
+        """What the view holds that later steps' judgements read: per request in
+        submission order, its status, tokens, exit depths, finish reason and
+        reach; and the pages computed so far."""
+        return (tuple((rid, r.status, tuple(r.token_ids), tuple(r.exit_depths), r.finish, r.reach)
+                      for rid, r in self.requests.items()),
+                tuple(sorted(self.computed_pages)))
+
     def unfinished(self) -> list[RequestView]:
         return list(self.open.values())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import time
 from dataclasses import replace
@@ -218,11 +219,13 @@ def test_verify_on_another_system(capsys) -> None:
                  "--seed", "1"]) == 0
     out = capsys.readouterr().out
     assert "VERDICT: PASS: no property broke" in out
+    assert re.search(r"every workload of the tiny scope +explore +certificate: [\d,]+ workloads", out)
     assert "checks not run: futile-preemption in " in out and "one-victim, victim-order, " in out   # no semantics
     assert main(["verify", "--adapter", f"{toy_file}:leaky", "--fuzz-seconds", "600", "--max-examples", "300",
                  "--seed", "1"]) == 1
     out = capsys.readouterr().out
     assert "kv-conservation" in out and "VERDICT: FAIL" in out
+    assert re.search(r"every workload of the tiny scope +explore +kv-conservation@\S+ in 1 steps", out)
 
 
 def test_a_violation_names_the_step_that_showed_it() -> None:

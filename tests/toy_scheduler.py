@@ -11,7 +11,7 @@ of it."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event, RequestOutput
@@ -336,3 +336,14 @@ class LongPromptsRefused(ToyScheduler):
         if len(spec.prompt) > 4:
             raise Refused(f"prompt of {len(spec.prompt)} tokens, the most is 4")
         super().add(spec)
+
+
+class CoarseKey(ToyScheduler):
+    """The toy scheduling by priority without saying so (capabilities.priorities
+    False, so no check reads priorities) and with a state key that, like the
+    toy's, leaves priorities out: states whose waiting requests differ only in
+    priority, and so are admitted in another order later, share a key."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__(cfg)
+        self.capabilities = replace(self.capabilities, priorities=False)

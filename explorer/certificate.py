@@ -1,0 +1,135 @@
+"""What a scoped exploration covered, as a certificate: which system (its version
+and the hash of its adapter's file), which loopcheck, which scope and checks,
+which part of the work, the tallies, the findings, and the time. Certificates of
+the parts 1..N of one exploration combine into the one a single run gives
+(`combine`); stored as JSON under schema `loopcheck/certificate@1`."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from loopcheck.explorer.scoped import Result, Tally
+from loopcheck.model.errors import WorkloadError
+from loopcheck.sut.protocol import Capabilities, SutFactory
+
+SCHEMA = "loopcheck/certificate@1"
+IDENTITY = ("system", "system_version", "loopcheck_version", "adapter_sha256", "scope", "checks", "keep_going",
+            "parts")
+
+
+def system_version(caps: Capabilities) -> str:
+    """The version of the package that holds the system's own code (its first
+    `Capabilities.code` module), or loopcheck's for a system without one."""
+    package = caps.code[0].split(".")[0] if caps.code else "loopcheck"
+    try:
+        return f"{package} {importlib.metadata.version(package)}"
+    except importlib.metadata.PackageNotFoundError:
+        return f"{package} (no installed version)"
+
+
+def adapter_sha256(factory: SutFactory) -> str:
+    """The sha256 of the file that defines the adapter's factory."""
+    try:
+        source = inspect.getsourcefile(factory)
+    except TypeError:
+        source = None
+    if source is None:
+        return "unknown"
+    with open(source, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+@dataclass
+class Certificate:
+    """One exploration's (or one part's) certificate; `parts` are the parts of N
+    it covers (all of 1..N: the whole scope)."""
+
+    system: str
+    system_version: str
+    loopcheck_version: str
+    adapter_sha256: str
+    scope: dict[str, Any]
+    checks: list[str]
+    keep_going: bool
+    parts: int
+    covered: list[int]
+    tally: Tally
+    findings: list[dict[str, Any]] = field(default_factory=list)   # signature, message, steps, unit, file
+    refused_configs: list[dict[str, Any]] = field(default_factory=list)   # config, why
+    refused_shapes: list[dict[str, Any]] = field(default_factory=list)    # config, prompt, max_tokens, why
+    seconds: float = 0.0
+
+    @property
+    def whole(self) -> bool:
+        return sorted(self.covered) == list(range(1, self.parts + 1))
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tally"] = tally_json(self.tally)
+        return {"schema": SCHEMA, **data}
+
+
+def tally_json(tally: Tally) -> dict[str, Any]:
+    data = asdict(tally)
+    for name in ("judged", "ignored", "met"):
+        data[name] = dict(sorted(getattr(tally, name).items()))
+    data["not_run"] = dict(sorted(tally.not_run.items()))
+    return data
+
+
+def certificate_from_json(data: Any, where: str) -> Certificate:
+    """A certificate from its JSON (WorkloadError naming `where` if it is not one)."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise WorkloadError(f"{where}: not a certificate (schema {SCHEMA!r} expected)")
+    try:
+        raw = dict(data["tally"])
+        tally = Tally(**{**raw, **{name: Counter(raw[name]) for name in ("judged", "ignored", "met")}})
+        fields_ = {k: v for k, v in data.items() if k not in ("schema", "tally")}
+        return Certificate(**fields_, tally=tally)
+    except (KeyError, TypeError) as exc:
+        raise WorkloadError(f"{where}: a malformed certificate ({type(exc).__name__}: {exc})") from None
+
+
+def certificate_of(result: Result, system: str, factory: SutFactory, caps: Capabilities, scope: dict[str, Any],
+                   checks: list[str], keep_going: bool, part: tuple[int, int], refused: list[dict[str, Any]],
+                   refused_shapes: list[dict[str, Any]], findings: list[dict[str, Any]]) -> Certificate:
+    return Certificate(system, system_version(caps), f"loopcheck {importlib.metadata.version('loopcheck')}",
+                       adapter_sha256(factory), scope, checks, keep_going, part[1], [part[0]], result.tally,
+                       findings, refused, refused_shapes, round(result.seconds, 3))
+
+
+def combine(certificates: list[Certificate]) -> Certificate:
+    """The certificates of parts of one exploration as one (WorkloadError if they
+    differ in what they explored or cover a part twice): the tallies added, the
+    findings chosen as a single run chooses (keep-going: each signature's first
+    in unit order; else the shortest, then the first unit), the seconds added."""
+    if not certificates:
+        raise WorkloadError("combine: no certificates given")
+    first = certificates[0]
+    for other in certificates[1:]:
+        for name in IDENTITY:
+            if getattr(other, name) != getattr(first, name):
+                raise WorkloadError(f"combine: the certificates differ in {name} ({getattr(first, name)!r} vs "
+                                    f"{getattr(other, name)!r}): they are not parts of one exploration")
+    covered = [k for c in certificates for k in c.covered]
+    if len(set(covered)) != len(covered):
+        raise WorkloadError(f"combine: a part is given twice (parts {sorted(covered)})")
+    tally = Tally()
+    for c in certificates:
+        tally.add(c.tally)
+    ordered = sorted((f for c in certificates for f in c.findings), key=lambda f: f["unit"])
+    if first.keep_going:
+        chosen: dict[str, dict[str, Any]] = {}
+        for f in ordered:
+            chosen.setdefault(f["signature"], f)
+        findings = list(chosen.values())
+    else:
+        findings = sorted(ordered, key=lambda f: f["steps"])[:1]
+    return Certificate(first.system, first.system_version, first.loopcheck_version, first.adapter_sha256,
+                       first.scope, first.checks, first.keep_going, first.parts, sorted(covered), tally, findings,
+                       first.refused_configs, first.refused_shapes, round(sum(c.seconds for c in certificates), 3))

@@ -1,0 +1,198 @@
+"""A declared scope of workloads for exhaustive exploration of any system, and its
+presets (`tiny`, `small`, `medium`), loaded from JSON under schema `loopcheck/scope@1`.
+
+A scope declares
+
+- the configurations: each listed config field takes every value of its list (the
+  cartesian product), the other fields keep `Config()`'s defaults, and a system's
+  pinned fields (`Capabilities.pinned`) override both;
+- the request shapes: every combination of a prompt, a max_tokens, a priority and a
+  stop choice (`stops`: None, no stop token; k, the request stops at its token k,
+  resolved to the token the system gives there when the request runs alone);
+- the inputs: before each of the first `horizon` steps, up to `arrivals_per_step`
+  new requests (of any shapes, in any order, `max_requests` in all) and, with
+  `aborts`, an abort of at most one submitted request that has not finished;
+- `max_steps`: a workload's steps in all, after which an undrained run is a
+  `liveness` finding (graphs of systems with a state key show stalls and
+  livelocks long before).
+
+The presets are sized so that the tiny scope runs in seconds and the small one in
+minutes on every shipped system; docs/exploring.md lists what each covers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from loopcheck.model.config import Config
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.workload import check_keys, parse_json
+
+SCHEMA = "loopcheck/scope@1"
+MAX_UNITS = 100_000   # configs x first inputs: beyond, a scope file is a typo
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What an exploration covers (see the module's doc)."""
+
+    name: str
+    configs: tuple[tuple[str, tuple[Any, ...]], ...]
+    prompts: tuple[tuple[int, ...], ...]
+    max_tokens: tuple[int, ...]
+    priorities: tuple[int, ...] = (0,)
+    stops: tuple[int | None, ...] = (None,)
+    max_requests: int = 2
+    arrivals_per_step: int = 1
+    aborts: bool = False
+    horizon: int = 3
+    max_steps: int = 40
+
+    def config_list(self, pinned: dict[str, Any]) -> list[Config]:
+        """Every config of the scope, in order, the system's pinned fields applied;
+        a combination `Config` refuses is left out (each distinct config once)."""
+        names = [name for name, _ in self.configs]
+        out: list[Config] = []
+        for values in itertools.product(*(vals for _, vals in self.configs)):
+            try:
+                cfg = Config(**{**Config().to_json(), **dict(zip(names, values, strict=True)), **pinned})
+            except WorkloadError:
+                continue
+            if cfg not in out:
+                out.append(cfg)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["configs"] = {name: list(values) for name, values in self.configs}
+        data["prompts"] = [list(p) for p in self.prompts]
+        for name in ("max_tokens", "priorities", "stops"):
+            data[name] = list(data[name])
+        return {"schema": SCHEMA, **data}
+
+
+_INT_FIELDS = {"max_requests": (1, 8), "arrivals_per_step": (1, 4), "horizon": (1, 32), "max_steps": (1, 10_000)}
+
+
+def _ints(where: str, value: Any, low: int, high: int, none: bool = False) -> tuple[Any, ...]:
+    if not isinstance(value, list) or not value:
+        raise WorkloadError(f"{where}: must be a non-empty list")
+    for i, v in enumerate(value):
+        if v is None and none:
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+            raise WorkloadError(f"{where}[{i}]: must be an integer in [{low}, {high}]"
+                                f"{' or null' if none else ''}, got {json.dumps(v)}")
+    return tuple(value)
+
+
+def scope_from_json(data: Any, name: str) -> Scope:
+    """Validate a scope object field by field; WorkloadError naming the field."""
+    if not isinstance(data, dict):
+        raise WorkloadError("scope: must be a JSON object")
+    if data.get("schema") != SCHEMA:
+        raise WorkloadError(f"scope.schema: must be {SCHEMA!r}, got {json.dumps(data.get('schema'))}")
+    check_keys("scope", data, {f.name for f in fields(Scope)} | {"schema"}, ("configs", "prompts", "max_tokens"),
+               "scope")
+    configs = data["configs"]
+    if not isinstance(configs, dict):
+        raise WorkloadError("scope.configs: must be an object of config fields, each a list of values")
+    config_fields = {f.name for f in fields(Config)}
+    for key, values in configs.items():
+        if key not in config_fields:
+            raise WorkloadError(f"scope.configs.{key}: unknown config field")
+        if not isinstance(values, list) or not values:
+            raise WorkloadError(f"scope.configs.{key}: must be a non-empty list of values")
+        for value in values:
+            try:
+                Config(**{**Config(num_blocks=MAX_BLOCKS, num_loops=1).to_json(), key: value})
+            except WorkloadError as exc:
+                raise WorkloadError(f"scope.configs.{key}: {exc}") from None
+    prompts = data["prompts"]
+    if not isinstance(prompts, list) or not prompts:
+        raise WorkloadError("scope.prompts: must be a non-empty list of prompts (lists of token ids)")
+    vocab = max(configs.get("vocab_size", [Config().vocab_size]))
+    parsed_prompts = tuple(_ints(f"scope.prompts[{i}]", p, 0, vocab - 1) for i, p in enumerate(prompts))
+    scope = Scope(
+        name=name,
+        configs=tuple((key, tuple(values)) for key, values in configs.items()),
+        prompts=parsed_prompts,
+        max_tokens=_ints("scope.max_tokens", data["max_tokens"], 0, 64),
+        priorities=_ints("scope.priorities", data.get("priorities", [0]), -1000, 1000),
+        stops=_ints("scope.stops", data.get("stops", [None]), 0, 63, none=True),
+        aborts=_bool("scope.aborts", data.get("aborts", False)),
+        **{key: _int(f"scope.{key}", data.get(key, getattr(Scope, key)), *bounds)
+           for key, bounds in _INT_FIELDS.items()})
+    units = len(scope.config_list({})) * (1 + len(shapes_upper_bound(scope)))
+    if units > MAX_UNITS:
+        raise WorkloadError(f"scope: {units} configs x first inputs, more than {MAX_UNITS}: make it smaller")
+    return scope
+
+
+MAX_BLOCKS = 4096   # (only to validate one field at a time against a config that fits it: one loop)
+
+
+def shapes_upper_bound(scope: Scope) -> list[tuple]:
+    """The request shapes before stop choices are resolved on a system."""
+    return list(itertools.product(scope.prompts, scope.max_tokens, scope.priorities, scope.stops))
+
+
+def _int(where: str, value: Any, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise WorkloadError(f"{where}: must be an integer in [{low}, {high}], got {json.dumps(value)}")
+    return value
+
+
+def _bool(where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise WorkloadError(f"{where}: must be true or false, got {json.dumps(value)}")
+    return value
+
+
+def _preset(name: str, **fields_: Any) -> Scope:
+    return scope_from_json({"schema": SCHEMA, **fields_}, name)
+
+
+# Prompts over a two-token alphabet so that prefixes are shared and pages repeat; one prompt longer than the
+# tightest pool (a request that can never fit); priorities 0 and 1 (more and less urgent).
+PRESETS: dict[str, Scope] = {
+    "tiny": _preset(
+        "tiny",
+        configs={"num_blocks": [4, 6], "block_size": [2], "max_num_seqs": [1, 2], "max_num_batched_tokens": [4],
+                 "prefill_chunk_size": [2], "prefix_caching": [False, True], "priority_preemption": [True]},
+        prompts=[[1, 1], [1, 1, 2], [2, 2, 2, 2, 2, 2, 2, 2, 2]], max_tokens=[1, 4], priorities=[0, 1],
+        max_requests=2, horizon=3, max_steps=40),
+    "small": _preset(
+        "small",
+        configs={"num_blocks": [4, 7], "block_size": [2], "max_num_seqs": [1, 2], "max_num_batched_tokens": [3, 5],
+                 "prefill_chunk_size": [2], "prefix_caching": [False, True], "priority_preemption": [True, False],
+                 "execution": ["mixed", "refill"]},
+        prompts=[[1, 1], [1, 1, 2], [1, 1, 1, 1, 2], [2, 2, 2, 2, 2, 2, 2, 2, 2]], max_tokens=[1, 3],
+        priorities=[0, 1], stops=[None, 0], max_requests=2, aborts=True, horizon=4, max_steps=60),
+    "medium": _preset(
+        "medium",
+        configs={"num_blocks": [4, 7, 10], "block_size": [2, 4], "max_num_seqs": [1, 3],
+                 "max_num_batched_tokens": [3, 8], "prefill_chunk_size": [2, 4], "prefix_caching": [False, True],
+                 "priority_preemption": [True, False]},
+        prompts=[[1, 1], [1, 1, 2], [1, 1, 1, 1, 2], [2, 2, 2, 2, 2, 2, 2, 2, 2]], max_tokens=[1, 3],
+        priorities=[0, 1], stops=[None, 0], max_requests=3, aborts=True, horizon=5, max_steps=80),
+}
+
+
+def load_scope(spec: str) -> Scope:
+    """A preset by name, or a scope file (`loopcheck/scope@1`); WorkloadError
+    naming --scope or the field."""
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if not path.suffix == ".json":
+        raise WorkloadError(f"--scope: expected one of {', '.join(PRESETS)} or a scope file (.json), got {spec!r}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"--scope: cannot read {spec!r}: {exc}") from None
+    return scope_from_json(parse_json(text, str(path)), path.stem)

@@ -1,0 +1,520 @@
+"""Scoped exploration of any system through the protocol: every input sequence of
+a `Scope`, run on the real system by the driver with the checks a fuzz campaign
+uses, breadth first, states merged by a key, ending in tallies for a certificate
+or in findings (each the shortest input sequence that shows it).
+
+The work is split into units, each a config of the scope and the inputs before
+the first step, explored on their own (their own table of states): a single run
+explores every unit in order, `--part K/N` the units i with i % N == K - 1, and
+parts combined add up to the single run exactly.
+
+A state is the node a run reaches: its key is a stable digest of the system's
+`state_key`, what the run remembers for its judgements (`Driver.memory`) and what
+is still to come of the inputs (the step while inputs may come, the requests
+submitted). Two runs with equal keys are judged the same from there on, and a
+system whose key identifies its scheduling state behaves the same (docs/
+exploring.md; `check_key` tests it by replaying merged states). A system without
+a state key is explored as a tree, each run to drain or `max_steps`.
+
+Each state is reached by replaying its inputs from the root on a fresh system (a
+live system is kept for the last input choice of each state, so that runs past
+the inputs, which have one choice a step, are not replayed). Stalls and livelocks
+are cycles of the graph past the inputs: a cycle's inputs are replayed with every
+check on and what the checks report is the finding (its stall or livelock).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from loopcheck.checks.base import Violation, ignored
+from loopcheck.checks.memory import run_memory
+from loopcheck.checks.needs import never_fits
+from loopcheck.checks.suite import CheckSet
+from loopcheck.explorer.scope import Scope
+from loopcheck.model.config import Config
+from loopcheck.model.errors import StopRequest, WorkloadError
+from loopcheck.model.events import Event
+from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.sut.canonical import canonical, digest
+from loopcheck.sut.driver import Driver, RunEnded, run_workload
+from loopcheck.sut.protocol import Capabilities, ProtocolError, Refused, SutFactory
+from loopcheck.sut.view import SUBMITTED, WAITING
+
+LIVE_LIMIT = 256   # live systems kept for the last input choice of the states waiting to be expanded
+PROGRESS_EVERY = 64   # transitions between calls of the progress callback (which decides by the clock)
+
+Inputs = tuple[tuple[int, ...], int | None]   # shapes arriving (indices, in submission order), request aborted
+NO_INPUTS: Inputs = ((), None)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A request shape resolved on a system: its stop token is concrete."""
+
+    prompt: tuple[int, ...]
+    max_tokens: int
+    priority: int
+    stop_token: int | None
+
+    def spec(self, rid: str) -> RequestSpec:
+        return RequestSpec(rid, self.prompt, self.max_tokens, priority=self.priority, stop_token=self.stop_token)
+
+
+@dataclass(frozen=True)
+class ConfigPlan:
+    """One config of the scope as the system takes it: its shapes (stops
+    resolved), and the shapes its `add` refuses (each with why)."""
+
+    config: Config
+    shapes: tuple[Shape, ...]
+    refused: tuple[tuple[Shape, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an exploration covers on one system: the configs it builds (with their
+    shapes), the configs it refuses and why, and the units in order."""
+
+    scope: Scope
+    configs: tuple[ConfigPlan, ...]
+    refused: tuple[tuple[Config, str], ...]
+    units: tuple[tuple[int, Inputs], ...]   # (position in `configs`, inputs before step 0)
+    capabilities: Capabilities
+
+    def part(self, k: int, n: int) -> list[int]:
+        """The units of part k of n (1-based)."""
+        return [i for i in range(len(self.units)) if i % n == k - 1]
+
+
+def probe_tokens(factory: SutFactory, cfg: Config, prompt: tuple[int, ...], max_tokens: int,
+                 max_steps: int) -> list[int]:
+    """The tokens the system gives a request of this prompt running alone, without
+    a stop token (none if the run does not finish it)."""
+    run = run_workload(Workload(cfg, (RequestSpec("probe", prompt, max_tokens),)), factory, (), max_steps=max_steps)
+    out = run.observation.outputs.get("probe")
+    return list(out.token_ids) if run.violation is None and out is not None else []
+
+
+def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabilities) -> tuple[Shape, ...]:
+    """The scope's request shapes on this config of the system, in scope order:
+    a stop choice k becomes the token the system gives at index k when the request
+    runs alone (dropped where that token came earlier, was never given, or is
+    outside the vocabulary); shapes the system refuses (`Capabilities.refuses`)
+    left out; each distinct shape once."""
+    out: list[Shape] = []
+    probed: dict[tuple[tuple[int, ...], int], list[int]] = {}
+    for prompt, max_tokens, priority, stop in itertools.product(scope.prompts, scope.max_tokens, scope.priorities,
+                                                                scope.stops):
+        if (max_tokens == 0 and "prompt_only" in caps.refuses) or (stop is not None and "stop_tokens" in caps.refuses):
+            continue
+        if "oversized" in caps.refuses and never_fits(RequestSpec("r", prompt, max_tokens), cfg):
+            continue
+        token = None
+        if stop is not None:
+            key = (prompt, max_tokens)
+            if key not in probed:
+                probed[key] = probe_tokens(factory, cfg, prompt, max_tokens, scope.max_steps)
+            tokens = probed[key]
+            if stop >= len(tokens) or tokens[stop] in tokens[:stop] or tokens[stop] >= cfg.vocab_size:
+                continue
+            token = tokens[stop]
+        shape = Shape(prompt, max_tokens, priority, token)
+        if shape not in out:
+            out.append(shape)
+    return tuple(out)
+
+
+def taken_shapes(factory: SutFactory, cfg: Config, shapes: tuple[Shape, ...]
+                 ) -> tuple[tuple[Shape, ...], tuple[tuple[Shape, str], ...]]:
+    """The shapes a fresh system of this config takes at `add`, and those it
+    refuses (`Refused`, as its API would answer them) with why: a refused shape
+    is never drawn, as in fuzz, and the certificate says so."""
+    sut = factory(cfg)
+    taken: list[Shape] = []
+    refused: list[tuple[Shape, str]] = []
+    for i, shape in enumerate(shapes):
+        try:
+            sut.add(shape.spec(f"probe{i}"))
+        except Refused as exc:
+            refused.append((shape, str(exc)))
+            continue
+        taken.append(shape)
+    return tuple(taken), tuple(refused)
+
+
+def arrival_choices(scope: Scope, shapes: int, submitted: int) -> list[tuple[int, ...]]:
+    """The arrivals possible before a step: none, then up to `arrivals_per_step`
+    shapes in every order, no more than the requests left."""
+    room = min(scope.arrivals_per_step, scope.max_requests - submitted)
+    return [()] + [seq for j in range(1, room + 1) for seq in itertools.product(range(shapes), repeat=j)]
+
+
+def make_plan(factory: SutFactory, scope: Scope, caps: Capabilities) -> Plan:
+    """The plan of `scope` on the system: each config built once (one it refuses,
+    with WorkloadError, is listed with why), its shapes resolved, its units."""
+    configs: list[ConfigPlan] = []
+    refused: list[tuple[Config, str]] = []
+    for cfg in scope.config_list(caps.pinned):
+        try:
+            factory(cfg)
+        except WorkloadError as exc:
+            refused.append((cfg, str(exc)))
+            continue
+        taken, refused_shapes = taken_shapes(factory, cfg, resolve_shapes(scope, cfg, factory, caps))
+        configs.append(ConfigPlan(cfg, taken, refused_shapes))
+    # (the unit with nothing before step 0 last: its workloads mostly repeat the others later)
+    units = tuple((c, (arrivals, None)) for c, plan in enumerate(configs)
+                  for arrivals in arrival_choices(scope, len(plan.shapes), 0)[1:] + [()])
+    return Plan(scope, tuple(configs), tuple(refused), units, caps)
+
+
+@dataclass
+class Finding:
+    """A property broken on one transition (or a cycle of the graph): the
+    violation, the shortest workload that shows it, its trace, its unit."""
+
+    violation: Violation
+    workload: Workload
+    trace: list[list[Event]]
+    unit: int
+
+
+@dataclass
+class Tally:
+    """What a part of an exploration covered (parts add up: `add`)."""
+
+    units: int = 0
+    workloads: int = 0
+    states: int = 0
+    transitions: int = 0
+    steps: int = 0                      # system steps run, replays included
+    judged: Counter = field(default_factory=Counter)    # check -> transitions it judged
+    not_run: dict[str, str] = field(default_factory=dict)   # check -> why it did not run
+    ignored: Counter = field(default_factory=Counter)   # signature -> transitions that met it (ignored)
+    met: Counter = field(default_factory=Counter)       # signature -> transitions that met it (reported)
+    longest_wait: int = 0               # steps a request waited, from its arrival, before its admission
+    most_steps_to_drain: int = 0        # steps of a workload that drained
+    most_blocks_held: int = 0
+    merges_checked: int = 0             # merged states replayed and compared (`check_key`)
+    complete: bool = True
+
+    def add(self, other: Tally) -> None:
+        for name in ("units", "workloads", "states", "transitions", "steps", "merges_checked"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("longest_wait", "most_steps_to_drain", "most_blocks_held"):
+            setattr(self, name, max(getattr(self, name), getattr(other, name)))
+        self.judged.update(other.judged)
+        self.ignored.update(other.ignored)
+        self.met.update(other.met)
+        for label, why in other.not_run.items():
+            self.not_run.setdefault(label, why)
+        self.complete = self.complete and other.complete
+
+
+@dataclass
+class Limits:
+    """Where exploration stops with an incomplete result: states in all, a deadline
+    (time.monotonic()), merged states to check (`check_key`; 0: none)."""
+
+    max_states: int = 1_000_000
+    deadline: float | None = None
+    check_key: int = 0
+    max_depth: int | None = None   # explore no transition past this step (set once a finding bounds the search)
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+
+class UnitSearch:
+    """Breadth-first search of one unit (see the module's doc)."""
+
+    def __init__(self, factory: SutFactory, plan: Plan, unit: int, checks: CheckSet, limits: Limits,
+                 tally: Tally, reported: dict[str, Finding], stop_at_first: bool,
+                 progress: Callable[[Tally], None] | None = None) -> None:
+        self.factory, self.plan, self.unit, self.checks = factory, plan, unit, checks
+        self.limits, self.tally, self.stop_at_first = limits, tally, stop_at_first
+        self.reported = reported   # signature -> its first finding (shared by the units of a run)
+        self.progress = progress
+        config_index, self.first = plan.units[unit]
+        self.cfg = plan.configs[config_index].config
+        self.shapes = plan.configs[config_index].shapes
+        self.scope = plan.scope
+        self.keyed = plan.capabilities.state_key
+        self.paths: list[tuple[Inputs, ...]] = []
+        self.counts: list[int] = []          # input sequences reaching each state (before the last input)
+        self.ids: dict[str, int] = {}
+        self.after: dict[int, int] = {}      # a state past the inputs -> its one successor
+        self.live: OrderedDict[int, Driver] = OrderedDict()
+        self.merges: list[tuple[tuple[Inputs, ...], int]] = []   # (inputs, state they merged into) to check
+
+    # ----- running -----------------------------------------------------------------------
+    def fresh(self) -> Driver:
+        d = Driver(self.factory, self.cfg, self.checks.build())
+        d.inputs_until = self.scope.horizon - 1   # (inputs are scheduled up to the horizon, as in a workload)
+        return d
+
+    def submit(self, d: Driver, inputs: Inputs) -> None:
+        arrivals, aborted = inputs
+        for s in arrivals:
+            d.add(self.shapes[s].spec(f"r{len(d.specs) + len(d.refused)}"))
+        if aborted is not None:
+            d.abort(d.specs[aborted].rid)
+
+    def replayed(self, path: tuple[Inputs, ...]) -> Driver:
+        """A fresh system driven along `path` (judged before: any finding now is
+        nondeterminism, an adapter fault)."""
+        d = self.fresh()
+        try:
+            for inputs in path:
+                self.submit(d, inputs)
+                d.step()
+        except (Violation, RunEnded) as exc:
+            raise ProtocolError("runs are deterministic", f"replaying inputs {list(path)} on {self.cfg} met "
+                                f"{exc} where the first run met nothing") from None
+        self.tally.steps += len(path)
+        return d
+
+    def choices(self, d: Driver) -> list[Inputs]:
+        """The inputs possible before the driver's next step."""
+        if d.t >= self.scope.horizon:
+            return [NO_INPUTS]
+        if d.t == 0:
+            return [self.first]
+        submitted = len(d.specs) + len(d.refused)
+        arrivals = arrival_choices(self.scope, len(self.shapes), submitted)
+        aborts: list[int | None] = [None]
+        if self.scope.aborts and self.plan.capabilities.abort:
+            aborts += [i for i, s in enumerate(d.specs) if s.abort_at is None
+                       and d.view.requests[s.rid].finish is None]
+        return [(a, x) for x in aborts for a in arrivals]
+
+    # ----- the search --------------------------------------------------------------------
+    def run(self) -> None:
+        """Explore the unit, adding what it finds to `reported` (stopping at the
+        first finding with `stop_at_first`)."""
+        self.tally.units += 1
+        root = self.fresh()
+        self.paths.append(())
+        self.counts.append(1)
+        self.live[0] = root
+        self.tally.states += 1
+        queue = deque([0])
+        while queue:
+            StopRequest.check()
+            if self.tally.states >= self.limits.max_states or self.limits.out_of_time():
+                self.tally.complete = False
+                break
+            n = queue.popleft()
+            path = self.paths[n]
+            if self.limits.max_depth is not None and len(path) >= self.limits.max_depth:
+                break   # (breadth first: every state left is as deep)
+            live = self.live.pop(n, None)
+            options = self.choices(live if live is not None else self.replayed(path))
+            for i, inputs in enumerate(options):
+                d = live if live is not None and i == len(options) - 1 else self.replayed(path)
+                m = self.transition(n, d, inputs)
+                if m is not None:
+                    queue.append(m)
+                if self.reported and self.stop_at_first:
+                    return
+                if self.progress and self.tally.transitions % PROGRESS_EVERY == 0:
+                    self.progress(self.tally)
+        self.check_merges()
+
+    def transition(self, n: int, d: Driver, inputs: Inputs) -> int | None:
+        """Submit `inputs` to the system at state n (driven by `d`), step it and
+        judge; the new state's number if it is new and has successors to explore,
+        else None."""
+        path = self.paths[n] + (inputs,)
+        self.tally.transitions += 1
+        self.tally.steps += 1
+        try:
+            self.submit(d, inputs)
+            d.step()
+            done = d.t >= self.scope.horizon and d.drained()
+            if done:
+                d.finish()
+            elif d.t >= self.scope.max_steps:
+                d.finish(max_steps=d.t)   # (not drained by the scope's last step: a liveness finding)
+        except Violation as v:
+            self.found(Finding(v, d.workload(), d.trace, self.unit), n)
+            return None
+        except RunEnded:
+            self.tally.ignored[d.ended_by.signature if d.ended_by else "?"] += 1
+            self.count_ended(n)
+            return None
+        self.judged(d)
+        if d.t == self.scope.horizon:
+            self.tally.workloads += self.counts[n]
+        if done:
+            self.tally.most_steps_to_drain = max(self.tally.most_steps_to_drain, d.t)
+            return None
+        key = digest((d.obs.state_key, run_memory(d), min(d.t, self.scope.horizon))) if self.keyed else digest(path)
+        m = self.ids.get(key)
+        if m is not None:
+            if d.t <= self.scope.horizon:
+                self.counts[m] += self.counts[n]
+            self.merged(n, m, path)
+            return None
+        m = self.ids[key] = len(self.paths)
+        self.paths.append(path)
+        self.counts.append(self.counts[n] if d.t < self.scope.horizon else 0)
+        self.tally.states += 1
+        if d.t > self.scope.horizon:
+            self.after[n] = m
+        self.live[m] = d
+        if len(self.live) > LIVE_LIMIT:
+            self.live.popitem(last=False)
+        return m
+
+    def judged(self, d: Driver) -> None:
+        """Tally what judged this transition and the worst cases it showed."""
+        for label in {c.label for c in d.checks}:
+            self.tally.judged[label] += 1
+        for label, why in d.skipped.items():
+            self.tally.not_run.setdefault(label, why)
+        self.count_ignored(d, d.t - 1)
+        waits = [d.t - r.spec.arrival for r in d.view.open.values() if r.status in (SUBMITTED, WAITING)]
+        self.tally.longest_wait = max(self.tally.longest_wait, *waits, 0)
+        self.tally.most_blocks_held = max(self.tally.most_blocks_held, d.obs.blocks_held)
+
+    def count_ignored(self, d: Driver, since: int) -> None:
+        """Count the ignored findings of `d`'s checks met at step `since` or later."""
+        for _, v in ignored(d.checks):
+            if v.step is not None and v.step >= since:
+                self.tally.ignored[v.signature] += 1
+
+    def count_ended(self, n: int) -> None:
+        """A run ended at state n before the last input: its input sequences end there."""
+        if len(self.paths[n]) < self.scope.horizon:
+            self.tally.workloads += self.counts[n]
+
+    def found(self, finding: Finding, n: int | None) -> None:
+        """A finding: reported if its signature is new, counted either way (n: the
+        state it was met from, whose input sequences end there)."""
+        if n is not None:
+            self.count_ended(n)
+        signature = finding.violation.signature
+        self.tally.met[signature] += 1
+        self.reported.setdefault(signature, finding)
+
+    def merged(self, n: int, m: int, path: tuple[Inputs, ...]) -> None:
+        """The run from state n reached known state m: past the inputs, a cycle
+        closes if m leads back to n; keep the merge for `check_key`."""
+        if len(path) > self.scope.horizon:
+            self.after[n] = m
+            chain, at = [], m
+            while at in self.after and at not in chain:
+                chain.append(at)
+                at = self.after[at]
+            if at == m and n in chain:
+                self.lasso(m)
+        if len(self.merges) < self.limits.check_key:
+            self.merges.append((path, m))
+
+    def lasso(self, m: int) -> None:
+        """The cycle through state m: its inputs replayed with every check on; what
+        they report is the finding (an ignored one is counted)."""
+        path = self.paths[m]
+        d = self.replayed(path)
+        workload = d.workload()
+        cycle = 1
+        at = self.after[m]
+        while at != m:
+            cycle, at = cycle + 1, self.after[at]
+        run = run_workload(workload, self.factory, self.checks.build(), max_steps=len(path) + 2 * cycle + 4)
+        self.tally.steps += run.driver.t
+        if run.violation is not None:
+            self.found(Finding(run.violation, workload, run.driver.trace, self.unit), None)
+        elif ignored(run.driver.checks):   # (the cycle of an ignored finding: what it met past the path counted)
+            self.count_ignored(run.driver, len(path))
+        elif run.driver.ended_by is not None:
+            self.tally.ignored[run.driver.ended_by.signature] += 1
+        elif run.drained:
+            raise ProtocolError("state_key identifies the whole scheduling state",
+                                f"the explored states after inputs {list(path)} repeat every {cycle} steps, "
+                                "but the run of those inputs drains")
+
+    def check_merges(self) -> None:
+        """Each kept merge: the runs of both input sequences, continued with the same
+        inputs (every choice of the state, then none to the scope's last step),
+        must show the same events and observations; else the key merged states
+        that behave differently (ProtocolError: an adapter fault)."""
+        for path, m in self.merges:
+            StopRequest.check()
+            first = self.replayed(self.paths[m])
+            for inputs in self.choices(first):
+                a, b = self.replayed(self.paths[m]), self.replayed(path)
+                self.tally.merges_checked += 1
+                for t in range(a.t, self.scope.max_steps):
+                    step_inputs = inputs if t == a.t else NO_INPUTS
+                    seen = [self.observed(d, step_inputs) for d in (a, b)]
+                    differ = [name for name in seen[0] if seen[0][name] != seen[1][name]]
+                    if differ:
+                        name = differ[0]
+                        raise ProtocolError(
+                            "state_key identifies the whole scheduling state",
+                            f"inputs {list(self.paths[m])} and {list(path)} reach one key, but with inputs "
+                            f"{step_inputs} at step {t} the runs differ in {name}: {seen[0][name]!r:.300} vs "
+                            f"{seen[1][name]!r:.300}")
+                    if a.drained() and t >= self.scope.horizon:
+                        break
+
+    def observed(self, d: Driver, inputs: Inputs) -> dict[str, object]:
+        """One more step of `d` after `inputs`: its events and what it reports."""
+        try:
+            self.submit(d, inputs)
+            events = d.step()
+        except Violation as v:
+            return {"finding": v.signature}
+        except RunEnded:
+            return {"ending": True}
+        obs = d.obs
+        return {"events": tuple(events), "blocks held": obs.blocks_held, "unfinished": obs.unfinished,
+                "block tables": canonical(obs.block_tables),
+                "outputs": tuple(sorted((rid, tuple(o.token_ids), o.finish_reason) for rid, o in obs.outputs.items()))}
+
+
+@dataclass
+class Result:
+    """An exploration's (or a part's) tally and findings, in unit order."""
+
+    tally: Tally
+    findings: list[Finding]
+    seconds: float
+    units: list[int]
+
+
+def explore_units(factory: SutFactory, plan: Plan, units: list[int], checks: CheckSet, limits: Limits,
+                  keep_going: bool, progress: Callable[[int, int, Tally], None] | None = None) -> Result:
+    """Explore `units` of the plan in order: with `keep_going`, every unit, each
+    distinct signature reported once (its first in unit order); else the
+    shortest finding of all (fewest steps, then the first unit): once one is
+    found, the units after it are explored only to fewer steps. `progress(units
+    done, units, tally)` is called now and then."""
+    start = time.monotonic()
+    tally = Tally()
+    found: dict[str, Finding] = {}
+    best: Finding | None = None
+    with StopRequest.deferred():
+        for done, unit in enumerate(units):
+            if not tally.complete or (best is not None and shortest(best) <= 1):
+                break   # (no unit has a shorter finding than one step)
+            tick = (lambda t, done=done: progress(done, len(units), t)) if progress else None
+            reported = found if keep_going else {}
+            bound = limits if best is None else replace(limits, max_depth=shortest(best) - 1)
+            UnitSearch(factory, plan, unit, checks, bound, tally, reported, not keep_going, tick).run()
+            if not keep_going and reported:
+                best = next(iter(reported.values()))
+    findings = list(found.values()) if keep_going else [best] if best is not None else []
+    return Result(tally, findings, time.monotonic() - start, units)
+
+
+def shortest(finding: Finding) -> int:
+    """The steps of the finding's input sequence (what breadth first minimises)."""
+    return len(finding.trace)

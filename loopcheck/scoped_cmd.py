@@ -1,0 +1,181 @@
+"""`loopcheck explore --scope`: every workload of a scope on any system, ending in
+a certificate or the shortest findings; and `loopcheck combine`, which adds the
+certificates of parts into one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from loopcheck.certificate_report import certificate_lines, write_report
+from loopcheck.checks.counterexample import counterexample_path, write_counterexample
+from loopcheck.checks.suite import CheckSet
+from loopcheck.explorer.certificate import Certificate, certificate_from_json, certificate_of, combine
+from loopcheck.explorer.scope import load_scope
+from loopcheck.explorer.scoped import Finding, Limits, Plan, Tally, explore_units, make_plan, shortest
+from loopcheck.model.errors import WorkloadError
+from loopcheck.options import check_set_of
+from loopcheck.report import Ticker, banner, command_line
+from loopcheck.sut.loader import capabilities_of, load_factory
+
+CERTIFICATE = "certificate.json"
+DEFAULT_OUT = "loopcheck-explore"
+DEFAULT_MAX_STATES = 2_000_000
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """'K/N' as (K, N), 1 <= K <= N (WorkloadError otherwise)."""
+    k, sep, n = text.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise WorkloadError(f"--part: expected K/N with 1 <= K <= N, got {text!r}")
+    return int(k), int(n)
+
+
+class Progress:
+    """A progress line on stderr about every 2 s: units done, states, transitions."""
+
+    def __init__(self, label: str) -> None:
+        self.ticker, self.label = Ticker(), label
+
+    def __call__(self, done: int, units: int, tally: Tally) -> None:
+        if self.ticker.due():
+            elapsed = self.ticker.elapsed
+            print(f"[{elapsed:6.1f}s] {self.label}units {done:,}/{units:,}, states {tally.states:,}, transitions "
+                  f"{tally.transitions:,} ({tally.transitions / max(elapsed, 1e-9):,.0f}/s), findings "
+                  f"{sum(tally.met.values()):,}", file=sys.stderr, flush=True)
+
+
+def finding_entry(finding: Finding, path: Path, adapter: str, checks: CheckSet) -> dict[str, Any]:
+    v = finding.violation
+    return {"signature": v.signature, "property": v.prop, "message": v.message, "steps": shortest(finding),
+            "requests": len(finding.workload.requests), "unit": finding.unit, "file": str(path),
+            "replay": command_line(["replay", str(path), "--adapter", adapter, *checks.flags()])}
+
+
+def explore_part(job: tuple) -> dict[str, Any]:
+    """Explore part K of N into `out` (its counterexample files and certificate
+    written there); the certificate's JSON. Runs in a worker process too."""
+    adapter, scope_spec, checks, keep_going, limits, (k, n), out, label = job
+    factory = load_factory(adapter)
+    caps = capabilities_of(factory)
+    scope = load_scope(scope_spec)
+    plan: Plan = make_plan(factory, scope, caps)
+    result = explore_units(factory, plan, plan.part(k, n), checks, limits, keep_going,
+                           Progress(label) if label is not None else None)
+    numbers: dict[str, int] = {}
+    entries = []
+    for finding in result.findings:
+        prop = finding.violation.prop
+        numbers[prop] = numbers.get(prop, 0) + 1
+        path = write_counterexample(counterexample_path(out, prop, numbers[prop]), finding.workload,
+                                    finding.violation, finding.trace, f"loopcheck explore --scope {scope.name}")
+        entries.append(finding_entry(finding, path, adapter, checks))
+    refused = [{"config": cfg.to_json(), "why": why} for cfg, why in plan.refused]
+    refused_shapes = [{"config": c.config.to_json(), "prompt": list(shape.prompt), "max_tokens": shape.max_tokens,
+                       "why": why} for c in plan.configs for shape, why in c.refused]
+    cert = certificate_of(result, adapter, factory, caps, scope.to_json(), checks.flags(), keep_going, (k, n),
+                          refused, refused_shapes, entries)
+    data = cert.to_json()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / CERTIFICATE).write_text(json.dumps(data, indent=1))
+    return data
+
+
+def gathered(cert: Certificate, out: Path) -> Certificate:
+    """The certificate with its findings' files copied into `out` (named as a
+    single run names them)."""
+    numbers: dict[str, int] = {}
+    for f in cert.findings:
+        numbers[f["property"]] = numbers.get(f["property"], 0) + 1
+        target = counterexample_path(out, f["property"], numbers[f["property"]])
+        if Path(f["file"]).resolve() != target.resolve():
+            shutil.copyfile(f["file"], target)
+            f["replay"] = f["replay"].replace(f["file"], str(target))
+            f["file"] = str(target)
+    return cert
+
+
+def run_scoped(args: argparse.Namespace) -> int:
+    """Explore every workload of a scope on a system (exit 0 with a certificate,
+    1 on a finding or an incomplete exploration)."""
+    max_seconds = args.max_seconds
+    if args.workers < 1 or args.check_key < 0 or (max_seconds is not None and not (
+            math.isfinite(max_seconds) and max_seconds > 0)):
+        raise WorkloadError("--workers must be >= 1, --check-key >= 0 and --max-seconds a number > 0")
+    if args.part and args.workers > 1:
+        raise WorkloadError("--part runs one part in this process: leave out --workers")
+    adapter = args.adapter or "model"
+    factory = load_factory(adapter)
+    caps = capabilities_of(factory)
+    checks = check_set_of(args, caps.semantics)
+    load_scope(args.scope)   # (bad input stops here, before any work)
+    part = parse_part(args.part) if args.part else (1, args.workers)
+    out = Path(args.out or DEFAULT_OUT)
+    deadline = time.monotonic() + max_seconds if max_seconds is not None else None
+    limits = Limits(args.max_states or DEFAULT_MAX_STATES, deadline, args.check_key)
+    argv = ["explore", "--adapter", adapter, "--scope", args.scope, *checks.flags(), "--out", str(out)]
+    argv += ["--part", args.part] if args.part else ["--workers", str(args.workers)]
+    argv += ["--keep-going"] if args.keep_going else []
+    argv += ["--check-key", str(args.check_key)] if args.check_key else []
+    banner(None, argv, sys.stderr)
+    label = None if args.json else ""
+    if args.part or args.workers == 1:
+        cert = certificate_from_json(explore_part((adapter, args.scope, checks, args.keep_going, limits, part, out,
+                                                   label)), "explore")
+    else:
+        jobs = [(adapter, args.scope, checks, args.keep_going, limits, (k, args.workers), out / f"part-{k}",
+                 None if args.json else f"part {k}: ") for k in range(1, args.workers + 1)]
+        with ProcessPoolExecutor(args.workers) as pool:
+            futures = [pool.submit(explore_part, job) for job in jobs]
+            try:
+                parts = [certificate_from_json(f.result(), "explore") for f in futures]
+            except KeyboardInterrupt:   # stop the workers too; their files stay
+                for process in list(getattr(pool, "_processes", {}).values()):
+                    process.terminate()
+                raise
+        cert = gathered(combine(parts), out)
+        (out / CERTIFICATE).write_text(json.dumps(cert.to_json(), indent=1))
+    return report(cert, out, command_line(argv), factory, checks, args.json)
+
+
+def report(cert: Certificate, out: Path, command: str, factory: Any, checks: CheckSet, as_json: bool) -> int:
+    """Print the certificate (text or JSON), write report.md; the exit code."""
+    path = write_report(out, command, cert, factory, checks)
+    if as_json:
+        print(json.dumps({**cert.to_json(), "report": str(path), "certificate": str(out / CERTIFICATE)}))
+    else:
+        print("\n".join(certificate_lines(cert)))
+        print(f"certificate: {out / CERTIFICATE}, report: {path}")
+    return 0 if cert.whole and cert.tally.complete and not cert.findings else 1
+
+
+def register_combine(p: argparse.ArgumentParser) -> None:
+    p.add_argument("certificates", nargs="+", metavar="CERTIFICATE",
+                   help="certificate.json files of the parts of one exploration (loopcheck explore --part K/N)")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"where the combined certificate goes (default {DEFAULT_OUT})")
+    p.add_argument("--json", action="store_true", help="print the combined certificate as JSON")
+
+
+def run_combine(args: argparse.Namespace) -> int:
+    """Combine the certificates of an exploration's parts into the one a single run gives."""
+    certs = []
+    for name in args.certificates:
+        try:
+            data = json.loads(Path(name).read_text())
+        except (OSError, ValueError) as exc:
+            raise WorkloadError(f"{name}: cannot read a certificate ({exc})") from None
+        certs.append(certificate_from_json(data, name))
+    out = Path(args.out)
+    cert = gathered(combine(certs), out)
+    (out / CERTIFICATE).write_text(json.dumps(cert.to_json(), indent=1))
+    factory = load_factory(cert.system)
+    checks = CheckSet(cert.checks[1], frozenset(cert.checks[3].split(",")) if len(cert.checks) > 2 else frozenset())
+    return report(cert, out, command_line(["combine", *args.certificates, "--out", str(out)]), factory, checks,
+                  args.json)
