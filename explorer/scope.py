@@ -6,9 +6,13 @@ A scope declares
 - the configurations: each listed config field takes every value of its list (the
   cartesian product), the other fields keep `Config()`'s defaults, and a system's
   pinned fields (`Capabilities.pinned`) override both;
-- the request shapes: every combination of a prompt, a max_tokens, a priority and a
-  stop choice (`stops`: None, no stop token; k, the request stops at its token k,
-  resolved to the token the system gives there when the request runs alone);
+- the request shapes: every combination of a prompt, a max_tokens (a number, or
+  `"most"`: the largest max_tokens, up to max_steps / (2 max_requests) so that
+  every workload can drain in time, with which the request fits the pool and the
+  system takes it at `add`, resolved per config and prompt: the boundary where
+  admission and intake limits meet), a priority and a stop choice
+  (`stops`: None, no stop token; k, the request stops at its token k, resolved to
+  the token the system gives there when the request runs alone);
 - the inputs: before each of the first `horizon` steps, up to `arrivals_per_step`
   new requests (of any shapes, in any order, `max_requests` in all) and, with
   `aborts`, an abort of at most one submitted request that has not finished;
@@ -33,6 +37,7 @@ from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import check_keys, parse_json
 
 SCHEMA = "loopcheck/scope@1"
+MOST = "most"   # a max_tokens choice: the largest the request fits the pool and the system takes with
 MAX_UNITS = 100_000   # configs x first inputs: beyond, a scope file is a typo
 
 
@@ -43,7 +48,7 @@ class Scope:
     name: str
     configs: tuple[tuple[str, tuple[Any, ...]], ...]
     prompts: tuple[tuple[int, ...], ...]
-    max_tokens: tuple[int, ...]
+    max_tokens: tuple[int | str, ...]   # numbers, or MOST
     priorities: tuple[int, ...] = (0,)
     stops: tuple[int | None, ...] = (None,)
     max_requests: int = 2
@@ -78,15 +83,16 @@ class Scope:
 _INT_FIELDS = {"max_requests": (1, 8), "arrivals_per_step": (1, 4), "horizon": (1, 32), "max_steps": (1, 10_000)}
 
 
-def _ints(where: str, value: Any, low: int, high: int, none: bool = False) -> tuple[Any, ...]:
+def _ints(where: str, value: Any, low: int, high: int, none: bool = False, word: str | None = None
+          ) -> tuple[Any, ...]:
     if not isinstance(value, list) or not value:
         raise WorkloadError(f"{where}: must be a non-empty list")
     for i, v in enumerate(value):
-        if v is None and none:
+        if (v is None and none) or (word is not None and v == word):
             continue
         if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
             raise WorkloadError(f"{where}[{i}]: must be an integer in [{low}, {high}]"
-                                f"{' or null' if none else ''}, got {json.dumps(v)}")
+                                f"{' or null' if none else ''}{f' or {word!r}' if word else ''}, got {json.dumps(v)}")
     return tuple(value)
 
 
@@ -121,7 +127,7 @@ def scope_from_json(data: Any, name: str) -> Scope:
         name=name,
         configs=tuple((key, tuple(values)) for key, values in configs.items()),
         prompts=parsed_prompts,
-        max_tokens=_ints("scope.max_tokens", data["max_tokens"], 0, 64),
+        max_tokens=_ints("scope.max_tokens", data["max_tokens"], 0, 64, word=MOST),
         priorities=_ints("scope.priorities", data.get("priorities", [0]), -1000, 1000),
         stops=_ints("scope.stops", data.get("stops", [None]), 0, 63, none=True),
         aborts=_bool("scope.aborts", data.get("aborts", False)),
@@ -164,21 +170,21 @@ PRESETS: dict[str, Scope] = {
         "tiny",
         configs={"num_blocks": [4, 6], "block_size": [2], "max_num_seqs": [1, 2], "max_num_batched_tokens": [4],
                  "prefill_chunk_size": [2], "prefix_caching": [False, True], "priority_preemption": [True]},
-        prompts=[[1, 1], [1, 1, 2], [2, 2, 2, 2, 2, 2, 2, 2, 2]], max_tokens=[1, 4], priorities=[0, 1],
+        prompts=[[1, 1], [1, 1, 2], [2, 2, 2, 2, 2, 2, 2, 2, 2]], max_tokens=[1, MOST], priorities=[0, 1],
         max_requests=2, horizon=3, max_steps=40),
     "small": _preset(
         "small",
-        configs={"num_blocks": [4, 7], "block_size": [2], "max_num_seqs": [1, 2], "max_num_batched_tokens": [3, 5],
+        configs={"num_blocks": [4, 7], "block_size": [2], "max_num_seqs": [1, 2], "max_num_batched_tokens": [4, 6],
                  "prefill_chunk_size": [2], "prefix_caching": [False, True], "priority_preemption": [True, False],
                  "execution": ["mixed", "refill"]},
-        prompts=[[1, 1], [1, 1, 2], [1, 1, 1, 1, 2], [2, 2, 2, 2, 2, 2, 2, 2, 2]], max_tokens=[1, 3],
+        prompts=[[1, 1], [1, 1, 2], [1, 1, 1, 1, 2], [2, 2, 2, 2, 2, 2, 2, 2, 2]], max_tokens=[1, MOST],
         priorities=[0, 1], stops=[None, 0], max_requests=2, aborts=True, horizon=4, max_steps=60),
     "medium": _preset(
         "medium",
         configs={"num_blocks": [4, 7, 10], "block_size": [2, 4], "max_num_seqs": [1, 3],
-                 "max_num_batched_tokens": [3, 8], "prefill_chunk_size": [2, 4], "prefix_caching": [False, True],
+                 "max_num_batched_tokens": [4, 8], "prefill_chunk_size": [2, 4], "prefix_caching": [False, True],
                  "priority_preemption": [True, False]},
-        prompts=[[1, 1], [1, 1, 2], [1, 1, 1, 1, 2], [2, 2, 2, 2, 2, 2, 2, 2, 2]], max_tokens=[1, 3],
+        prompts=[[1, 1], [1, 1, 2], [1, 1, 1, 1, 2], [2, 2, 2, 2, 2, 2, 2, 2, 2]], max_tokens=[1, 3, MOST],
         priorities=[0, 1], stops=[None, 0], max_requests=3, aborts=True, horizon=5, max_steps=80),
 }
 

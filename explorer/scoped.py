@@ -35,7 +35,7 @@ from loopcheck.checks.base import Violation, ignored
 from loopcheck.checks.memory import run_memory
 from loopcheck.checks.needs import never_fits
 from loopcheck.checks.suite import CheckSet
-from loopcheck.explorer.scope import Scope
+from loopcheck.explorer.scope import MOST, Scope
 from loopcheck.model.config import Config
 from loopcheck.model.errors import StopRequest, WorkloadError
 from loopcheck.model.events import Event
@@ -100,16 +100,40 @@ def probe_tokens(factory: SutFactory, cfg: Config, prompt: tuple[int, ...], max_
     return list(out.token_ids) if run.violation is None and out is not None else []
 
 
+def most_tokens(factory: SutFactory, cfg: Config, prompt: tuple[int, ...], cap: int = 64) -> int | None:
+    """The largest max_tokens, up to `cap`, with which a request of this prompt
+    fits the pool (`never_fits`) and a fresh system of this config takes it at
+    `add`; None if there is none."""
+    sut = factory(cfg)
+    for max_tokens in range(cap, 0, -1):
+        spec = RequestSpec(f"most{max_tokens}", prompt, max_tokens)
+        if never_fits(spec, cfg):
+            continue
+        try:
+            sut.add(spec)
+        except Refused:
+            continue
+        return max_tokens
+    return None
+
+
 def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabilities) -> tuple[Shape, ...]:
     """The scope's request shapes on this config of the system, in scope order:
-    a stop choice k becomes the token the system gives at index k when the request
+    max_tokens "most" becomes `most_tokens` up to max_steps / (2 max_requests)
+    (dropped where there is none), a stop
+    choice k becomes the token the system gives at index k when the request
     runs alone (dropped where that token came earlier, was never given, or is
     outside the vocabulary); shapes the system refuses (`Capabilities.refuses`)
     left out; each distinct shape once."""
     out: list[Shape] = []
     probed: dict[tuple[tuple[int, ...], int], list[int]] = {}
-    for prompt, max_tokens, priority, stop in itertools.product(scope.prompts, scope.max_tokens, scope.priorities,
-                                                                scope.stops):
+    cap = scope.max_steps // (2 * scope.max_requests)   # (so that every workload can drain within max_steps)
+    most = {p: most_tokens(factory, cfg, p, cap) for p in scope.prompts} if MOST in scope.max_tokens else {}
+    for prompt, choice, priority, stop in itertools.product(scope.prompts, scope.max_tokens, scope.priorities,
+                                                            scope.stops):
+        max_tokens = most[prompt] if choice == MOST else choice
+        if max_tokens is None:
+            continue
         if (max_tokens == 0 and "prompt_only" in caps.refuses) or (stop is not None and "stop_tokens" in caps.refuses):
             continue
         if "oversized" in caps.refuses and never_fits(RequestSpec("r", prompt, max_tokens), cfg):
@@ -167,6 +191,10 @@ def make_plan(factory: SutFactory, scope: Scope, caps: Capabilities) -> Plan:
             continue
         taken, refused_shapes = taken_shapes(factory, cfg, resolve_shapes(scope, cfg, factory, caps))
         configs.append(ConfigPlan(cfg, taken, refused_shapes))
+    if not any(plan.shapes for plan in configs):
+        why = refused[0][1] if refused else configs[0].refused[0][1] if configs and configs[0].refused else "no shape"
+        raise WorkloadError(f"scope {scope.name}: the system takes no request of the scope on any of its configs, "
+                            f"so exploring it would cover nothing (for example: {why})")
     # (the unit with nothing before step 0 last: its workloads mostly repeat the others later)
     units = tuple((c, (arrivals, None)) for c, plan in enumerate(configs)
                   for arrivals in arrival_choices(scope, len(plan.shapes), 0)[1:] + [()])

@@ -37,7 +37,10 @@ class ProtocolError(Exception):
 
     def __init__(self, rule: str, detail: str) -> None:
         super().__init__(f"adapter broke the protocol: rule '{rule}': {detail}")
-        self.rule = rule
+        self.rule, self.detail = rule, detail
+
+    def __reduce__(self) -> tuple:
+        return ProtocolError, (self.rule, self.detail)   # (raised in a worker process, re-raised in the parent)
 
 
 class Refused(Exception):  # noqa: N818 - what the system answers, not an error of loopcheck's

@@ -148,3 +148,24 @@ def test_a_scope_file_is_what_its_json_says(tmp_path: Path) -> None:
         path.write_text(json.dumps(scope.to_json()))
         assert load_scope(str(path)) == scope
         assert scope_from_json(scope.to_json(), name) == scope
+
+
+def test_most_tokens_is_the_boundary_of_the_pool_and_of_what_the_system_takes() -> None:
+    from loopcheck.explorer.scoped import most_tokens
+    from loopcheck.model.config import Config
+    from tests.toy_scheduler import PINNED, LongPromptsRefused, ToyScheduler
+
+    cfg = Config(**{**Config().to_json(), "num_blocks": 4, "block_size": 2, **PINNED})
+    assert most_tokens(ToyScheduler, cfg, (1, 1)) == 7   # (2 + 7 - 1 positions: the 4 blocks of 2, full)
+    assert most_tokens(ToyScheduler, cfg, (1,) * 9) is None   # (larger than the pool whatever max_tokens)
+    assert most_tokens(LongPromptsRefused, cfg, (1,) * 5) is None   # (refused at add whatever max_tokens)
+    assert most_tokens(LongPromptsRefused, cfg, (1,) * 4) == 5
+
+
+def test_a_scope_the_system_takes_nothing_of_is_bad_input_not_a_certificate(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "long.json"   # (LongPromptsRefused refuses prompts longer than 4 tokens at add)
+    path.write_text(json.dumps({"schema": "loopcheck/scope@1", "configs": {"num_blocks": [8]},
+                                "prompts": [[1, 1, 1, 1, 1], [2, 2, 2, 2, 2, 2]], "max_tokens": [1]}))
+    assert explore(tmp_path / "out", f"{TOY}:LongPromptsRefused", scope=str(path)) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "takes no request of the scope on any of its configs" in err and "the most is 4" in err
