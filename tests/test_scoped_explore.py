@@ -169,3 +169,9 @@ def test_a_scope_the_system_takes_nothing_of_is_bad_input_not_a_certificate(tmp_
     assert explore(tmp_path / "out", f"{TOY}:LongPromptsRefused", scope=str(path)) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "takes no request of the scope on any of its configs" in err and "the most is 4" in err
+
+
+def test_a_limit_makes_an_incomplete_verdict_never_a_certificate(tmp_path: Path, capsys) -> None:
+    assert explore(tmp_path, MINISCHED, "--max-states", "50") == 1
+    assert capsys.readouterr().out.startswith("INCOMPLETE: a limit")
+    assert not certificate(tmp_path)["tally"]["complete"]
