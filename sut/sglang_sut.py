@@ -271,6 +271,7 @@ class SglangSUT:
         scheduler.cfg = cfg
         with mock.patch.object(module.bootstrap, "init_parallel_runtime", lambda **_: None), \
                 mock.patch.object(module.bootstrap, "init_layer_runtime", lambda **_: None), \
+                mock.patch.object(module, "create_scheduler_watchdog", lambda *_, **__: None), \
                 mock.patch.object(module.kv_cache_builder, "build_kv_cache", _build_tree_cache(scheduler)):
             scheduler.__init__(server_args, SimpleNamespace(nccl_port=0))
         self.pending: list[RequestSpec] = []
