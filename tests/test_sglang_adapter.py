@@ -197,3 +197,17 @@ def test_a_finding_replays_from_the_command_line() -> None:
                            "--adapter", "sglang"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "REPRODUCED stall" in done.stdout
+
+
+def test_building_many_schedulers_leaves_no_thread_behind() -> None:
+    # an exploration builds thousands of schedulers in one process: each left a watchdog thread running
+    import threading
+
+    from loopcheck.sut.sglang_sut import SglangSUT
+
+    cfg = sglang_config()
+    SglangSUT(cfg)
+    before = threading.active_count()
+    for _ in range(5):
+        SglangSUT(cfg)
+    assert threading.active_count() == before
