@@ -16,6 +16,12 @@ def counterexample_path(out: Path, prop: str, number: int = 1) -> Path:
     return out / f"counterexample-{prop}{'' if number == 1 else f'-{number}'}.json"
 
 
+def numbered_paths(out: Path, props: list[str]) -> list[Path]:
+    """Where the distinct findings of these properties, in this order, are
+    written: each the next of its property."""
+    return [counterexample_path(out, prop, 1 + props[:i].count(prop)) for i, prop in enumerate(props)]
+
+
 def write_counterexample(path: Path, workload: Workload, violation: Violation,
                          trace: list[list[Event]], source: str) -> Path:
     """A replayable counterexample file at `path`: the workload, the property, its

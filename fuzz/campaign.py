@@ -19,7 +19,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.stateful import get_state_machine_test
 
 from loopcheck.checks.base import Violation
-from loopcheck.checks.counterexample import counterexample_path, recorded_violation, write_counterexample
+from loopcheck.checks.counterexample import numbered_paths, recorded_violation, write_counterexample
 from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.directed import Director
@@ -242,7 +242,7 @@ def kept_unshrunk(hunt: Hunt, earlier: list[Finding], why: str) -> Finding:
 
 def numbered_path(out: Path, prop: str, earlier: list[Finding]) -> Path:
     """The file of a new finding of `prop`, after those `earlier`."""
-    return counterexample_path(out, prop, 1 + sum(f.violation.prop == prop for f in earlier))
+    return numbered_paths(out, [f.violation.prop for f in earlier] + [prop])[-1]
 
 
 def run_batches(machine: type, hunt: Hunt, seed_value: int, batches: Iterator[int], batch_examples: int,

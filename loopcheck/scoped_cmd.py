@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loopcheck.certificate_report import certificate_lines, write_report
-from loopcheck.checks.counterexample import counterexample_path, write_counterexample
+from loopcheck.checks.counterexample import numbered_paths, write_counterexample
 from loopcheck.checks.suite import CheckSet
 from loopcheck.explorer.certificate import Certificate, certificate_from_json, certificate_of, combine
 from loopcheck.explorer.scope import load_scope
@@ -69,13 +69,11 @@ def explore_part(job: tuple) -> dict[str, Any]:
     plan: Plan = make_plan(factory, scope, caps)
     result = explore_units(factory, plan, plan.part(k, n), checks, limits, keep_going,
                            Progress(label) if label is not None else None)
-    numbers: dict[str, int] = {}
     entries = []
-    for finding in result.findings:
-        prop = finding.violation.prop
-        numbers[prop] = numbers.get(prop, 0) + 1
-        path = write_counterexample(counterexample_path(out, prop, numbers[prop]), finding.workload,
-                                    finding.violation, finding.trace, f"loopcheck explore --scope {scope.name}")
+    paths = numbered_paths(out, [finding.violation.prop for finding in result.findings])
+    for finding, path in zip(result.findings, paths, strict=True):
+        write_counterexample(path, finding.workload, finding.violation, finding.trace,
+                             f"loopcheck explore --scope {scope.name}")
         entries.append(finding_entry(finding, path, adapter, checks))
     refused = [{"config": cfg.to_json(), "why": why} for cfg, why in plan.refused]
     refused_shapes = [{"config": c.config.to_json(), "prompt": list(shape.prompt), "max_tokens": shape.max_tokens,
@@ -91,10 +89,7 @@ def explore_part(job: tuple) -> dict[str, Any]:
 def gathered(cert: Certificate, out: Path) -> Certificate:
     """The certificate with its findings' files copied into `out` (named as a
     single run names them)."""
-    numbers: dict[str, int] = {}
-    for f in cert.findings:
-        numbers[f["property"]] = numbers.get(f["property"], 0) + 1
-        target = counterexample_path(out, f["property"], numbers[f["property"]])
+    for f, target in zip(cert.findings, numbered_paths(out, [f["property"] for f in cert.findings]), strict=True):
         if Path(f["file"]).resolve() != target.resolve():
             shutil.copyfile(f["file"], target)
             f["replay"] = f["replay"].replace(f["file"], str(target))
