@@ -89,5 +89,11 @@ class CheckSet:
         """The command-line flags that select these checks."""
         return ["--check", self.mode] + (["--ignore", ",".join(sorted(self.ignore))] if self.ignore else [])
 
+    @classmethod
+    def from_flags(cls, flags: list[str]) -> CheckSet:
+        """The checks that `flags()` selects (as a certificate records them)."""
+        values = dict(zip(flags[::2], flags[1::2], strict=True))
+        return cls(values["--check"], frozenset(filter(None, values.get("--ignore", "").split(","))))
+
     def __str__(self) -> str:
         return " ".join(self.flags())

@@ -9,7 +9,7 @@ explores every unit in order, `--part K/N` the units i with i % N == K - 1, and
 parts combined add up to the single run exactly.
 
 A state is the node a run reaches: its key is a stable digest of the system's
-`state_key`, what the run remembers for its judgements (`Driver.memory`) and what
+`state_key`, what the run remembers for its judgements (`checks.memory.run_memory`) and what
 is still to come of the inputs (the step while inputs may come, the requests
 submitted). Two runs with equal keys are judged the same from there on, and a
 system whose key identifies its scheduling state behaves the same (docs/
@@ -120,11 +120,10 @@ def most_tokens(factory: SutFactory, cfg: Config, prompt: tuple[int, ...], cap: 
 def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabilities) -> tuple[Shape, ...]:
     """The scope's request shapes on this config of the system, in scope order:
     max_tokens "most" becomes `most_tokens` up to max_steps / (2 max_requests)
-    (dropped where there is none), a stop
-    choice k becomes the token the system gives at index k when the request
-    runs alone (dropped where that token came earlier, was never given, or is
-    outside the vocabulary); shapes the system refuses (`Capabilities.refuses`)
-    left out; each distinct shape once."""
+    (dropped where there is none), a stop choice k becomes the token the system
+    gives at index k when the request runs alone (dropped where that token came
+    earlier, was never given, or is outside the vocabulary); shapes the system
+    refuses (`Capabilities.refuses`) left out; each distinct shape once."""
     out: list[Shape] = []
     probed: dict[tuple[tuple[int, ...], int], list[int]] = {}
     cap = scope.max_steps // (2 * scope.max_requests)   # (so that every workload can drain within max_steps)
@@ -341,10 +340,12 @@ class UnitSearch:
             path = self.paths[n]
             if self.limits.max_depth is not None and len(path) >= self.limits.max_depth:
                 break   # (breadth first: every state left is as deep)
-            live = self.live.pop(n, None)
-            options = self.choices(live if live is not None else self.replayed(path))
+            at_n = self.live.pop(n, None)
+            if at_n is None:
+                at_n = self.replayed(path)
+            options = self.choices(at_n)
             for i, inputs in enumerate(options):
-                d = live if live is not None and i == len(options) - 1 else self.replayed(path)
+                d = at_n if i == len(options) - 1 else self.replayed(path)
                 m = self.transition(n, d, inputs)
                 if m is not None:
                     queue.append(m)
@@ -372,8 +373,8 @@ class UnitSearch:
         except Violation as v:
             self.found(Finding(v, d.workload(), d.trace, self.unit), n)
             return None
-        except RunEnded:
-            self.tally.ignored[d.ended_by.signature if d.ended_by else "?"] += 1
+        except RunEnded as ended:   # (its message is the signature of the ignored finding that ended it)
+            self.tally.ignored[str(ended)] += 1
             self.count_ended(n)
             return None
         self.judged(d)

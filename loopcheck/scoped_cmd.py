@@ -171,6 +171,5 @@ def run_combine(args: argparse.Namespace) -> int:
     cert = gathered(combine(certs), out)
     (out / CERTIFICATE).write_text(json.dumps(cert.to_json(), indent=1))
     factory = load_factory(cert.system)
-    checks = CheckSet(cert.checks[1], frozenset(cert.checks[3].split(",")) if len(cert.checks) > 2 else frozenset())
-    return report(cert, out, command_line(["combine", *args.certificates, "--out", str(out)]), factory, checks,
-                  args.json)
+    return report(cert, out, command_line(["combine", *args.certificates, "--out", str(out)]), factory,
+                  CheckSet.from_flags(cert.checks), args.json)
