@@ -25,7 +25,13 @@ from loopcheck.scoped_cmd import DEFAULT_MAX_STATES, DEFAULT_OUT, run_scoped
 from loopcheck.simulate_cmd import prepare
 
 MODEL_MAX_STATES = 200_000
-MODEL_ONLY = ("spread", "max_memory_mb", "no_reduce", "merge", "policy")
+MODEL_ONLY = ("spread", "max_memory_mb", "no_reduce", "merge", "policy")   # the flags of each way of exploring
+SCOPE_ONLY = ("adapter", "part", "max_seconds", "keep_going", "check_key", "ignore", "check")
+
+
+def given_flags(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
+    """Of these flags, those given (not left at their defaults), as typed."""
+    return [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) not in (None, False, 0, [])]
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -120,17 +126,13 @@ def run(args: argparse.Namespace) -> int:
     if args.scope is not None:
         if args.workload is not None:
             raise WorkloadError("give a workload (the model's states) or --scope (any system), not both")
-        given = [name for name in MODEL_ONLY if getattr(args, name) not in (None, False, 0)]
-        if given:
-            raise WorkloadError(f"--{given[0].replace('_', '-')} explores the model on a workload: not with --scope")
+        for flag in given_flags(args, MODEL_ONLY):
+            raise WorkloadError(f"{flag} explores the model on a workload: not with --scope")
         return run_scoped(args)
     if args.workload is None:
         raise WorkloadError("give a workload JSON (the model's states) or --scope NAME|FILE (any system)")
-    scoped = [f"--{n.replace('_', '-')}" for n in ("adapter", "part", "max_seconds") if getattr(args, n) is not None]
-    scoped += ["--keep-going"] * args.keep_going + ["--check-key"] * bool(args.check_key) + ["--ignore"] * bool(
-        args.ignore) + ["--check"] * bool(args.check)
-    if scoped:
-        raise WorkloadError(f"{scoped[0]} needs --scope")
+    for flag in given_flags(args, SCOPE_ONLY):
+        raise WorkloadError(f"{flag} needs --scope")
     args.max_states = args.max_states or MODEL_MAX_STATES
     memory = args.max_memory_mb
     if args.max_states < 1 or args.spread < 0 or args.workers < 1 or (
