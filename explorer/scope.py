@@ -12,7 +12,9 @@ A scope declares
   system takes it at `add`, resolved per config and prompt: the boundary where
   admission and intake limits meet), a priority and a stop choice
   (`stops`: None, no stop token; k, the request stops at its token k, resolved to
-  the token the system gives there when the request runs alone);
+  the token the system gives there when the request runs alone; `"never"`, a
+  stop token the request is never given, so it runs to max_tokens watched for
+  one);
 - the inputs: before each of the first `horizon` steps, up to `arrivals_per_step`
   new requests (of any shapes, in any order, `max_requests` in all) and, with
   `aborts`, an abort of at most one submitted request that has not finished;
@@ -38,6 +40,7 @@ from loopcheck.model.workload import check_keys, parse_json
 
 SCHEMA = "loopcheck/scope@1"
 MOST = "most"   # a max_tokens choice: the largest the request fits the pool and the system takes with
+NEVER = "never"   # a stop choice: a stop token the request is never given (it runs to max_tokens, watched)
 MAX_UNITS = 100_000   # configs x first inputs: beyond, a scope file is a typo
 
 
@@ -50,7 +53,7 @@ class Scope:
     prompts: tuple[tuple[int, ...], ...]
     max_tokens: tuple[int | str, ...]   # numbers, or MOST
     priorities: tuple[int, ...] = (0,)
-    stops: tuple[int | None, ...] = (None,)
+    stops: tuple[int | str | None, ...] = (None,)   # None, an index k, or NEVER
     max_requests: int = 2
     arrivals_per_step: int = 1
     aborts: bool = False
@@ -85,6 +88,8 @@ _INT_FIELDS = {"max_requests": (1, 8), "arrivals_per_step": (1, 4), "horizon": (
 
 def _ints(where: str, value: Any, low: int, high: int, none: bool = False, word: str | None = None
           ) -> tuple[Any, ...]:
+    """A non-empty list of integers in [low, high] (also None with `none`, and
+    the string `word`); WorkloadError naming the entry."""
     if not isinstance(value, list) or not value:
         raise WorkloadError(f"{where}: must be a non-empty list")
     for i, v in enumerate(value):
@@ -129,7 +134,7 @@ def scope_from_json(data: Any, name: str) -> Scope:
         prompts=parsed_prompts,
         max_tokens=_ints("scope.max_tokens", data["max_tokens"], 0, 64, word=MOST),
         priorities=_ints("scope.priorities", data.get("priorities", [0]), -1000, 1000),
-        stops=_ints("scope.stops", data.get("stops", [None]), 0, 63, none=True),
+        stops=_ints("scope.stops", data.get("stops", [None]), 0, 63, none=True, word=NEVER),
         aborts=_bool("scope.aborts", data.get("aborts", False)),
         **{key: _int(f"scope.{key}", data.get(key, getattr(Scope, key)), *bounds)
            for key, bounds in _INT_FIELDS.items()})
@@ -186,6 +191,19 @@ PRESETS: dict[str, Scope] = {
                  "priority_preemption": [True, False]},
         prompts=[[1, 1], [1, 1, 2], [1, 1, 1, 1, 2], [2, 2, 2, 2, 2, 2, 2, 2, 2]], max_tokens=[1, 3, MOST],
         priorities=[0, 1], stops=[None, 0], max_requests=3, aborts=True, horizon=5, max_steps=80),
+    # focused presets: three requests, few configs, each explored in minutes on every shipped system
+    "prefix": _preset(
+        "prefix",
+        configs={"num_blocks": [5, 7], "block_size": [2], "max_num_seqs": [2], "max_num_batched_tokens": [5, 6],
+                 "prefill_chunk_size": [2], "prefix_caching": [True], "priority_preemption": [True]},
+        prompts=[[2, 2, 1], [1, 2, 2, 2, 2, 2], [1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1]], max_tokens=[1, 2],
+        priorities=[0, 1], max_requests=3, horizon=5, max_steps=60),
+    "burst": _preset(
+        "burst",
+        configs={"num_blocks": [5, 8], "block_size": [4], "max_num_seqs": [3], "max_num_batched_tokens": [8],
+                 "prefill_chunk_size": [4], "prefix_caching": [False, True], "execution": ["mixed"]},
+        prompts=[[1], [1, 2, 2, 1], [1, 2, 2, 1, 1]], max_tokens=[1, 3], stops=[None, NEVER],
+        max_requests=3, arrivals_per_step=2, horizon=2, max_steps=40),
 }
 
 

@@ -35,12 +35,13 @@ from loopcheck.checks.base import Violation, ignored
 from loopcheck.checks.memory import run_memory
 from loopcheck.checks.needs import never_fits
 from loopcheck.checks.suite import CheckSet
-from loopcheck.explorer.scope import MOST, Scope
+from loopcheck.explorer.scope import MOST, NEVER, Scope
 from loopcheck.model.config import Config
 from loopcheck.model.errors import StopRequest, WorkloadError
 from loopcheck.model.events import Event
 from loopcheck.model.workload import RequestSpec, Workload
 from loopcheck.sut.canonical import canonical, digest
+from loopcheck.sut.coverage import EdgeCoverage
 from loopcheck.sut.driver import Driver, RunEnded, run_workload
 from loopcheck.sut.protocol import Capabilities, ProtocolError, Refused, SutFactory
 from loopcheck.sut.view import SUBMITTED, WAITING
@@ -122,7 +123,9 @@ def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabil
     max_tokens "most" becomes `most_tokens` up to max_steps / (2 max_requests)
     (dropped where there is none), a stop choice k becomes the token the system
     gives at index k when the request runs alone (dropped where that token came
-    earlier, was never given, or is outside the vocabulary); shapes the system
+    earlier, was never given, or is outside the vocabulary), NEVER the smallest
+    token of the vocabulary it is not given when it runs alone (dropped where the
+    run alone does not finish); shapes the system
     refuses (`Capabilities.refuses`) left out; each distinct shape once."""
     out: list[Shape] = []
     probed: dict[tuple[tuple[int, ...], int], list[int]] = {}
@@ -142,14 +145,26 @@ def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabil
             key = (prompt, max_tokens)
             if key not in probed:
                 probed[key] = probe_tokens(factory, cfg, prompt, max_tokens, scope.max_steps)
-            tokens = probed[key]
-            if stop >= len(tokens) or tokens[stop] in tokens[:stop] or tokens[stop] >= cfg.vocab_size:
+            token = stop_token(stop, probed[key], cfg.vocab_size)
+            if token is None:
                 continue
-            token = tokens[stop]
         shape = Shape(prompt, max_tokens, priority, token)
         if shape not in out:
             out.append(shape)
     return tuple(out)
+
+
+def stop_token(stop: int | str, tokens: list[int], vocab_size: int) -> int | None:
+    """The stop token of stop choice `stop` (an index k or NEVER) for a request
+    given `tokens` when it runs alone (none if it did not finish); None where
+    the choice has no token (see `resolve_shapes`)."""
+    if not tokens:
+        return None
+    if stop == NEVER:
+        return next((t for t in range(vocab_size) if t not in tokens), None)
+    if stop >= len(tokens) or tokens[stop] in tokens[:stop] or tokens[stop] >= vocab_size:
+        return None
+    return tokens[stop]
 
 
 def taken_shapes(factory: SutFactory, cfg: Config, shapes: tuple[Shape, ...]
@@ -262,8 +277,9 @@ class UnitSearch:
 
     def __init__(self, factory: SutFactory, plan: Plan, unit: int, checks: CheckSet, limits: Limits,
                  tally: Tally, reported: dict[str, Finding], stop_at_first: bool,
-                 progress: Callable[[Tally], None] | None = None) -> None:
+                 progress: Callable[[Tally], None] | None = None, coverage: EdgeCoverage | None = None) -> None:
         self.factory, self.plan, self.unit, self.checks = factory, plan, unit, checks
+        self.coverage = coverage   # measures the system's code edges in its verbs (benchmarks/reach.py)
         self.limits, self.tally, self.stop_at_first = limits, tally, stop_at_first
         self.reported = reported   # signature -> its first finding (shared by the units of a run)
         self.progress = progress
@@ -281,7 +297,7 @@ class UnitSearch:
 
     # ----- running -----------------------------------------------------------------------
     def fresh(self) -> Driver:
-        d = Driver(self.factory, self.cfg, self.checks.build())
+        d = Driver(self.factory, self.cfg, self.checks.build(), coverage=self.coverage)
         d.inputs_until = self.scope.horizon - 1   # (inputs are scheduled up to the horizon, as in a workload)
         return d
 
@@ -520,12 +536,14 @@ class Result:
 
 
 def explore_units(factory: SutFactory, plan: Plan, units: list[int], checks: CheckSet, limits: Limits,
-                  keep_going: bool, progress: Callable[[int, int, Tally], None] | None = None) -> Result:
+                  keep_going: bool, progress: Callable[[int, int, Tally], None] | None = None,
+                  coverage: EdgeCoverage | None = None) -> Result:
     """Explore `units` of the plan in order: with `keep_going`, every unit, each
     distinct signature reported once (its first in unit order); else the
     shortest finding of all (fewest steps, then the first unit): once one is
     found, the units after it are explored only to fewer steps. `progress(units
-    done, units, tally)` is called now and then."""
+    done, units, tally)` is called now and then. `coverage`, if given, is
+    entered around every call into the system (each run resets it)."""
     start = time.monotonic()
     tally = Tally()
     found: dict[str, Finding] = {}
@@ -537,7 +555,7 @@ def explore_units(factory: SutFactory, plan: Plan, units: list[int], checks: Che
             tick = (lambda t, done=done: progress(done, len(units), t)) if progress else None
             reported = found if keep_going else {}
             bound = limits if best is None else replace(limits, max_depth=shortest(best) - 1)
-            UnitSearch(factory, plan, unit, checks, bound, tally, reported, not keep_going, tick).run()
+            UnitSearch(factory, plan, unit, checks, bound, tally, reported, not keep_going, tick, coverage).run()
             if not keep_going and reported:
                 best = next(iter(reported.values()))
     findings = list(found.values()) if keep_going else [best] if best is not None else []

@@ -223,8 +223,9 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
                                                                         "shrunk"))
     result.seconds = time.monotonic() - start
     if stats.corpus is not None:
+        stats.edges = frozenset(f[1] for f in stats.corpus.counts if f[0] == "edge")
         stats.guidance = {"corpus entries": len(stats.corpus.entries), "features": len(stats.corpus.counts),
-                          "code edges": sum(f[0] == "edge" for f in stats.corpus.counts)}
+                          "code edges": len(stats.edges)}
     # (the result may cross to another process: it keeps no hook, no code objects, no database)
     stats.ticker, stats.coverage, stats.corpus, stats.separated = None, None, None, {}
     return result

@@ -35,7 +35,7 @@ from loopcheck.model.errors import StopRequest, WorkloadError
 from loopcheck.model.events import Event
 from loopcheck.model.workload import RequestSpec, Workload
 from loopcheck.report import Ticker
-from loopcheck.sut.coverage import EdgeCoverage
+from loopcheck.sut.coverage import Edge, EdgeCoverage
 from loopcheck.sut.driver import Driver, Run, RunEnded
 from loopcheck.sut.loader import capabilities_of
 from loopcheck.sut.protocol import Observation, SutFactory
@@ -72,6 +72,7 @@ class Stats:
     coverage: EdgeCoverage | None = None   # the system's code edges in the current run, where guidance measures them
     corpus: Corpus | None = None           # where runs' features are noted (guidance from the system itself)
     guidance: dict[str, int] = field(default_factory=dict)   # what the corpus held at the end, for the summary
+    edges: frozenset[Edge] = frozenset()   # the system's code edges the campaign's runs took (with guidance)
 
     def spent(self) -> bool:
         """Past the deadline, or the examples bound reached."""

@@ -15,6 +15,7 @@ import networkx as nx
 
 from loopcheck.explorer.explore import peak_memory_mb
 from loopcheck.explorer.lasso_export import lasso_graph, lasso_workload, write_dot
+from loopcheck.explorer.scope import PRESETS
 from loopcheck.explorer.survey import Survey, survey
 from loopcheck.model.bounds import preemption_bound
 from loopcheck.model.errors import WorkloadError
@@ -38,9 +39,10 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", nargs="?",
                    help="workload JSON (loopcheck/workload@1): explore the reference model on it (leave out with "
                         "--scope)")
-    p.add_argument("--scope", metavar="tiny|small|medium|SCOPE_FILE",
-                   help="explore every workload of this scope (docs/exploring.md) on --adapter, ending in a "
-                        "certificate (exit 0) or the shortest findings (exit 1)")
+    p.add_argument("--scope", metavar="PRESET|SCOPE_FILE",
+                   help=f"explore every workload of this scope (a preset: {', '.join(PRESETS)}; or a file, "
+                        "docs/exploring.md) on --adapter, ending in a certificate (exit 0) or the shortest "
+                        "findings (exit 1)")
     add_adapter(p, None, "model (with --scope)")
     add_check_mode(p)
     p.add_argument("--part", metavar="K/N", help="with --scope: explore part K of N (combine the parts' "

@@ -127,8 +127,9 @@ def run(args: argparse.Namespace) -> int:
         "steps": sum(r.stats.steps for r in results),
         "branches_covered": sorted({b for r in results for b in BRANCHES if r.stats.branches[b]}),
         "windows": {name: sum(r.stats.windows[name] for r in results) for name in WINDOWS},
-        "guidance": {name: sum(r.stats.guidance.get(name, 0) for r in results)
-                     for name in ("corpus entries", "features", "code edges")},
+        "guidance": {**{name: sum(r.stats.guidance.get(name, 0) for r in results)
+                        for name in ("corpus entries", "features")},
+                     "code edges": len(frozenset().union(*(r.stats.edges for r in results)))},
         "checks_not_run": checks_not_run(sum((r.stats.not_run for r in results), Counter())),
         "refused": dict(sorted(sum((r.stats.refused for r in results), Counter()).items())),
         "ignored": [{"signature": signature, "runs": runs}

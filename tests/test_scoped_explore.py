@@ -162,6 +162,24 @@ def test_most_tokens_is_the_boundary_of_the_pool_and_of_what_the_system_takes() 
     assert most_tokens(LongPromptsRefused, cfg, (1,) * 4) == 5
 
 
+def test_stop_choices_resolve_to_the_tokens_a_request_is_given_or_never_given() -> None:
+    from loopcheck.explorer.scope import NEVER
+    from loopcheck.explorer.scoped import probe_tokens, resolve_shapes, stop_token
+    from loopcheck.model.config import Config
+    from loopcheck.sut.loader import capabilities_of
+    from tests.toy_scheduler import PINNED, ToyScheduler
+
+    assert stop_token(1, [5, 0, 7], 64) == 0 and stop_token(NEVER, [0, 1, 3], 64) == 2
+    assert stop_token(2, [5, 0, 5], 64) is None   # (token 5 came earlier: the request would stop at index 0)
+    assert stop_token(1, [5, 70], 64) is None and stop_token(NEVER, [], 64) is None   # (outside; did not finish)
+    cfg = Config(**{**Config().to_json(), "num_blocks": 8, "block_size": 2, **PINNED})
+    scope = scope_from_json({"schema": "loopcheck/scope@1", "configs": {"num_blocks": [8]}, "prompts": [[1, 2]],
+                             "max_tokens": [3], "stops": [None, 0, NEVER]}, "stops")
+    shapes = resolve_shapes(scope, cfg, ToyScheduler, capabilities_of(ToyScheduler))
+    given = probe_tokens(ToyScheduler, cfg, (1, 2), 3, 40)
+    assert [s.stop_token for s in shapes] == [None, given[0], min(set(range(64)) - set(given))]
+
+
 def test_a_scope_the_system_takes_nothing_of_is_bad_input_not_a_certificate(tmp_path: Path, capsys) -> None:
     path = tmp_path / "long.json"   # (LongPromptsRefused refuses prompts longer than 4 tokens at add)
     path.write_text(json.dumps({"schema": "loopcheck/scope@1", "configs": {"num_blocks": [8]},

@@ -1,0 +1,181 @@
+"""Reach: the system's own code that scoped exploration runs, against a fuzz
+campaign of the same wall time on as many worker processes (each campaign with
+its own seed, guided by the system's coverage, keep-going, the property
+checks). Both measure with the same tracer (sut/coverage.py) on the same files
+(the modules `Capabilities.code` names): code edges (a line to the next line
+run, a function's entry and exit), branch edges (those leaving a line that has
+more than one next line among all the edges either side took), functions; then
+the functions only one side ran, the rare paths one of them misses.
+
+Explore runs the whole scope with --keep-going (every workload, past findings);
+the fuzz campaigns get the seconds the exploration took.
+
+Usage: python -m benchmarks.reach [--systems vllm,sglang,lmdeploy,minisched] [--scope small] [--workers 2]
+                                  [--seed 1] [--list 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import tempfile
+import time
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from loopcheck.checks.suite import CheckSet, default_mode
+from loopcheck.explorer.scope import load_scope
+from loopcheck.explorer.scoped import Limits, explore_units, make_plan
+from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.seeds import derived_seed
+from loopcheck.report import table
+from loopcheck.sut.code import code_paths
+from loopcheck.sut.coverage import Edge, EdgeCoverage
+from loopcheck.sut.loader import capabilities_of, load_factory
+
+ROOT = Path(__file__).resolve().parent.parent
+SYSTEMS = {"minisched": str(ROOT / "examples/adapter/minisched_adapter.py:MiniSchedSUT")}   # (others by name)
+
+
+class Reached(EdgeCoverage):
+    """Edge coverage that keeps the edges of every run since it was made
+    (`reached`), where a run resets what `edges` holds."""
+
+    def __init__(self, paths: tuple[str, ...]) -> None:
+        super().__init__(paths)
+        self.kept: set[Edge] = set()
+
+    def reset(self) -> None:
+        self.kept |= self.edges
+        super().reset()
+
+    @property
+    def reached(self) -> set[Edge]:
+        return self.kept | self.edges
+
+
+def explore_part(job: tuple[str, str, int, int]) -> tuple[set[Edge], float, int]:
+    """Part k of n of the scope on the system, every workload: the edges its
+    runs took, its seconds, its transitions."""
+    adapter, scope, k, n = job
+    factory = load_factory(adapter)
+    caps = capabilities_of(factory)
+    plan = make_plan(factory, load_scope(scope), caps)
+    coverage = Reached(code_paths(caps.code))
+    result = explore_units(factory, plan, plan.part(k, n), CheckSet(default_mode(caps.semantics)),
+                           Limits(max_states=10**8), keep_going=True, coverage=coverage)
+    return coverage.reached, result.seconds, result.tally.transitions
+
+
+def fuzz_worker(job: tuple[str, float, int, str]) -> tuple[set[Edge], int]:
+    """One campaign of `budget` seconds: the edges its runs took, its examples."""
+    adapter, budget, seed, out = job
+    factory = load_factory(adapter)
+    caps = capabilities_of(factory)
+    result = run_campaign("guarded", budget, seed, Path(out), "random", None, factory,
+                          CheckSet(default_mode(caps.semantics)), keep_going=True, guidance="system")
+    return set(result.stats.edges), result.stats.examples
+
+
+def unpacked(arc: object) -> tuple[int, int]:
+    """The two lines of an arc as coverage.py's C tracer packs them
+    (coverage/collector.py `flush_data`); negative: a code object's entry or exit."""
+    assert isinstance(arc, int)
+    first, second = arc & 0xFFFFFFF, (arc >> 28) & 0xFFFFFFF
+    return -first if arc & (1 << 56) else first, -second if arc & (1 << 57) else second
+
+
+@functools.cache
+def functions(path: str) -> list[tuple[int, int, str]]:
+    """(first line, last line, qualified name) of each function in the file,
+    innermost last among those that contain a line."""
+    found: list[tuple[int, int, str]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                    found.append((first, child.end_lineno or child.lineno, name))
+                visit(child, f"{name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(Path(path).read_text()), "")
+    return found
+
+
+def function_of(edge: Edge) -> str:
+    """'file:function' holding the edge's first line (`<module>` outside any)."""
+    path, arc = edge
+    line = abs(unpacked(arc)[0])
+    inside = [name for first, last, name in functions(path) if first <= line <= last]
+    return f"{Path(path).name}:{inside[-1] if inside else '<module>'}"
+
+
+def branch_edges(edges: set[Edge], every: set[Edge]) -> set[Edge]:
+    """The edges that leave a line with more than one next line among `every`."""
+    targets: dict[tuple[str, int], set[int]] = {}
+    for path, arc in every:
+        first, second = unpacked(arc)
+        targets.setdefault((path, first), set()).add(second)
+    return {(path, arc) for path, arc in edges if len(targets[(path, unpacked(arc)[0])]) > 1}
+
+
+def reach(adapter: str, scope: str, workers: int, seed: int) -> tuple[dict[str, object], set[Edge], set[Edge]]:
+    """Explore the scope, then fuzz as long: figures and both sides' edges."""
+    start = time.perf_counter()
+    with ProcessPoolExecutor(workers) as pool:
+        parts = list(pool.map(explore_part, [(adapter, scope, k, workers) for k in range(1, workers + 1)]))
+    explore_wall = time.perf_counter() - start
+    explored: set[Edge] = set().union(*(edges for edges, _, _ in parts))
+    budget = max(seconds for _, seconds, _ in parts)
+    with tempfile.TemporaryDirectory(prefix="loopcheck-reach-") as tmp, ProcessPoolExecutor(workers) as pool:
+        start = time.perf_counter()
+        campaigns = list(pool.map(fuzz_worker, [(adapter, budget, derived_seed(seed, "worker", w), f"{tmp}/w{w}")
+                                                for w in range(workers)]))
+        fuzz_wall = time.perf_counter() - start
+    fuzzed: set[Edge] = set().union(*(edges for edges, _ in campaigns))
+    figures = {"transitions": sum(t for _, _, t in parts), "explore s": explore_wall,
+               "examples": sum(e for _, e in campaigns), "fuzz s": fuzz_wall}
+    return figures, explored, fuzzed
+
+
+def names(edges: Iterable[Edge]) -> set[str]:
+    return {function_of(edge) for edge in edges}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--systems", default="vllm,sglang,lmdeploy,minisched",
+                        help="comma-separated adapters (vllm, sglang, lmdeploy, minisched, MODULE:FACTORY)")
+    parser.add_argument("--scope", default="small", help="the explored scope (default small)")
+    parser.add_argument("--workers", type=int, default=2, help="processes on each side (default 2)")
+    parser.add_argument("--seed", type=int, default=1, help="the fuzz campaigns' seed (each worker's derived)")
+    parser.add_argument("--list", type=int, default=10, help="functions listed that only one side ran")
+    args = parser.parse_args()
+    rows, only = [], []
+    for name in args.systems.split(","):
+        figures, explored, fuzzed = reach(SYSTEMS.get(name, name), args.scope, args.workers, args.seed)
+        every = explored | fuzzed
+        branches_e, branches_f = branch_edges(explored, every), branch_edges(fuzzed, every)
+        funcs_e, funcs_f = names(explored), names(fuzzed)
+        rows.append([name, args.scope, f"{figures['transitions']:,}", f"{figures['explore s']:.0f}",
+                     f"{figures['examples']:,}", f"{figures['fuzz s']:.0f}", len(explored), len(fuzzed),
+                     len(explored & fuzzed), len(explored - fuzzed), len(fuzzed - explored),
+                     f"{len(branches_e)}/{len(branches_f)}", f"{len(funcs_e)}/{len(funcs_f)}"])
+        only.append(f"{name}: run by explore only: {', '.join(sorted(funcs_e - funcs_f)[:args.list]) or 'none'}; "
+                    f"by fuzz only: {', '.join(sorted(funcs_f - funcs_e)[:args.list]) or 'none'}")
+        print(f"  {name}: done", flush=True)
+    print(table(["system", "scope", "explore: transitions", "wall s", "fuzz: examples", "wall s", "edges explore",
+                 "edges fuzz", "both", "explore only", "fuzz only", "branch edges e/f", "functions e/f"], rows))
+    print("\n".join(only))
+    print(f"(fuzz: {args.workers} campaigns of the exploration's seconds, seed {args.seed}, random configs, guidance "
+          "from the system, keep-going)")
+
+
+if __name__ == "__main__":
+    main()
