@@ -15,10 +15,15 @@ its shipped findings ignored (SGLANG_KNOWN). Each with a fixed budget and seed (
 split the budget; time to detection then includes the budget of the modes
 tried before the one that found it).
 Prints, per mutant, whether the fuzzer killed it, by which property and how
-fast; then the kill rate and the median time to detection.
+fast; then the kill rate and the median time to detection. With --explore
+SCOPE, beside it, the same for a scoped exploration of the same seconds (the
+same ignored findings; the scope's prompts larger than its smallest pool left
+out, as fuzz leaves out oversized requests for vLLM): killed (and when its
+shortest finding was met), survived with a certificate of the whole scope, or
+survived with the exploration incomplete.
 
 Usage: python -m benchmarks.mutants [--target engine|vllm|lmdeploy|sglang] [--budget 20] [--seed 1] [--only NAME,...]
-                                    [--configs regression,random]
+                                    [--configs regression,random] [--explore SCOPE]
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from loopcheck.explorer.scope import load_scope
 from loopcheck.report import table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -271,17 +278,43 @@ PLANTED_MAIN = ("import json, os; from benchmarks.mutants import plant_on_import
              "plant_on_import(json.loads(os.environ['LOOPCHECK_MUTANT'])); " + CLI_MAIN)
 
 
+def adapter_flags(target: str) -> list[str]:
+    """The system of the target and the known findings its runs ignore."""
+    return {"vllm": ["--adapter", "vllm", "--ignore", "priority-inversion"],
+            "lmdeploy": ["--adapter", "lmdeploy"],
+            "sglang": ["--adapter", "sglang", "--ignore", SGLANG_KNOWN]}.get(target, ["--adapter", "torch"])
+
+
 def fuzz(scratch: Path, budget: float, seed: int, configs: str, edits: tuple, target: str) -> dict:
     """One fuzz campaign in a subprocess, `edits` planted as it imports the
     modules they name (this checkout's engine and model, or the installed vLLM),
     its output under `scratch`."""
-    out = scratch / f"fuzz-out-{configs}"
+    shape = ["--shape", "oversized=off"] if target == "vllm" else []   # (vLLM's queue-head stall out of the way)
+    return planted_run(scratch, edits, budget, ["fuzz", *adapter_flags(target), *shape, "--configs", configs,
+                                                "--policy", "guarded", "--budget-seconds", str(budget), "--seed",
+                                                str(seed), "--out", str(scratch / f"fuzz-out-{configs}")])
+
+
+def explore(scratch: Path, budget: float, scope: str, edits: tuple, target: str) -> dict:
+    """Scoped exploration of `budget` seconds in a subprocess, `edits` planted
+    as in `fuzz`: the scope without the prompts larger than its smallest pool
+    (as fuzz's shape leaves out oversized requests for vLLM), its shortest
+    finding (with when it was met) or its verdict, its output under `scratch`."""
+    spec = load_scope(scope)
+    positions = min(cfg.num_blocks * cfg.block_size for cfg in spec.config_list({}))
+    fitting = replace(spec, prompts=tuple(p for p in spec.prompts if len(p) < positions))
+    path = scratch / "scope.json"
+    path.write_text(json.dumps(fitting.to_json()))
+    return planted_run(scratch, edits, budget, ["explore", *adapter_flags(target), "--scope", str(path),
+                                                "--max-seconds", str(budget), "--out", str(scratch / "explore-out")])
+
+
+def planted_run(scratch: Path, edits: tuple, budget: float, argv: list[str]) -> dict:
+    """`loopcheck ARGV --json` in a subprocess with `edits` planted: its exit
+    code, its JSON summary, the end of its stderr (kept in mutants-errors.log
+    when it neither passed nor found)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LOOPCHECK_MUTANT": json.dumps(edits)}
-    adapter = {"vllm": ["--adapter", "vllm", "--shape", "oversized=off", "--ignore", "priority-inversion"],
-               "lmdeploy": ["--adapter", "lmdeploy"],
-               "sglang": ["--adapter", "sglang", "--ignore", SGLANG_KNOWN]}.get(target, ["--adapter", "torch"])
-    cmd = [sys.executable, "-c", PLANTED_MAIN, "fuzz", *adapter, "--configs", configs, "--policy", "guarded",
-           "--budget-seconds", str(budget), "--seed", str(seed), "--out", str(out), "--json"]
+    cmd = [sys.executable, "-c", PLANTED_MAIN, *argv, "--json"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=budget * 6 + 300)
     summary = {}
     for line in reversed(proc.stdout.splitlines()):   # the JSON summary is the last line that is JSON
@@ -291,7 +324,9 @@ def fuzz(scratch: Path, budget: float, seed: int, configs: str, edits: tuple, ta
                 break
             except json.JSONDecodeError:
                 continue
-    if proc.returncode not in (0, 1) or (proc.returncode == 1 and not summary.get("counterexamples")):
+    found = summary.get("counterexamples") or summary.get("findings")
+    if proc.returncode not in (0, 1) or (proc.returncode == 1 and not found and summary.get("tally", {}).get(
+            "complete", True)):
         (ROOT / "benchmarks" / "mutants-errors.log").open("a").write(
             f"--- {scratch} rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}\n")
     return {"rc": proc.returncode, "summary": summary, "stderr": proc.stderr[-300:]}
@@ -307,10 +342,14 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated mutant names")
     parser.add_argument("--configs", default="random",
                         help="config modes to fuzz in turn, the budget split between them")
+    parser.add_argument("--explore", metavar="SCOPE",
+                        help="also explore this scope (a preset or a file) for the same seconds per mutant: a "
+                             "column beside fuzz's")
     args = parser.parse_args()
     mutants = TARGETS[args.target]
     chosen = [m for m in mutants if not args.only or m[0] in args.only.split(",")]
     rows, times, killed = [], [], 0
+    explored: list[float | None] = []   # seconds to the exploration's finding per mutant (None: none)
     with tempfile.TemporaryDirectory(prefix="loopcheck-mutants-") as tmp:
         for name, edits in chosen:
             scratch = Path(tmp) / "scratch"   # the campaign's output (the edits are planted on import)
@@ -334,13 +373,37 @@ def main() -> None:
                              "", ""])
             else:
                 rows.append([name, f"error rc={result['rc']}", result["stderr"].splitlines()[-1:] or "", "", ""])
+            if args.explore:
+                cells, seconds = explore_cells(explore(scratch, args.budget, args.explore, edits, args.target))
+                rows[-1] += cells
+                explored.append(seconds if name not in EQUIVALENT else None)
             print(f"  {name}: {rows[-1][1]}", file=sys.stderr, flush=True)
-    print(table(["mutant", "result", "property", "seconds to detect", "requests"], rows))
+    extra = ["explore", "explore property", "explore seconds"] if args.explore else []
+    print(table(["mutant", "result", "property", "seconds to detect", "requests", *extra], rows))
     median = f"{statistics.median(times):.1f}s" if times else "n/a"
     counted = len([m for m in chosen if m[0] not in EQUIVALENT]) or 1
     print(f"killed {killed}/{counted} non-equivalent ({100 * killed / counted:.0f}%; "
           f"{len(chosen) - counted} equivalent), median detection {median}, "
           f"budget {args.budget:g}s each, seed {args.seed}")
+    if args.explore:
+        found = [t for t in explored if t is not None]
+        print(f"explore ({args.explore}, the prompts larger than its smallest pool left out): killed "
+              f"{len(found)}/{counted} non-equivalent, median detection "
+              f"{f'{statistics.median(found):.1f}s' if found else 'n/a'}, {args.budget:g}s each")
+
+
+def explore_cells(result: dict) -> tuple[list[str], float | None]:
+    """The explore columns of a mutant's row (verdict, property, seconds) and
+    the seconds to its finding (None: none)."""
+    summary, rc = result["summary"], result["rc"]
+    if rc == 1 and summary.get("findings"):
+        finding = summary["findings"][0]
+        return ["killed", finding["property"], f"{finding['seconds']:.1f}"], finding["seconds"]
+    if rc == 0:
+        return ["survived (certificate)", "", ""], None
+    if rc == 1 and not summary.get("tally", {}).get("complete", True):
+        return ["survived (incomplete)", "", ""], None
+    return [f"error rc={rc}", (result["stderr"].splitlines() or [""])[-1], ""], None
 
 
 if __name__ == "__main__":

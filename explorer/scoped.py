@@ -209,21 +209,28 @@ def make_plan(factory: SutFactory, scope: Scope, caps: Capabilities) -> Plan:
         why = refused[0][1] if refused else configs[0].refused[0][1] if configs and configs[0].refused else "no shape"
         raise WorkloadError(f"scope {scope.name}: the system takes no request of the scope on any of its configs, "
                             f"so exploring it would cover nothing (for example: {why})")
-    # (the unit with nothing before step 0 last: its workloads mostly repeat the others later)
-    units = tuple((c, (arrivals, None)) for c, plan in enumerate(configs)
-                  for arrivals in arrival_choices(scope, len(plan.shapes), 0)[1:] + [()])
+    # the configs in turn, each one's j-th first arrivals before any config's (j+1)-th, so that an exploration
+    # cut short has met every config; the units with nothing before step 0 last (their workloads mostly repeat
+    # the others later)
+    firsts = [arrival_choices(scope, len(plan.shapes), 0)[1:] for plan in configs]
+    units = tuple((c, (arrivals[j], None)) for j in range(max(map(len, firsts)))
+                  for c, arrivals in enumerate(firsts) if j < len(arrivals))
+    units += tuple((c, NO_INPUTS) for c in range(len(configs)))
     return Plan(scope, tuple(configs), tuple(refused), units, caps)
 
 
 @dataclass
 class Finding:
     """A property broken on one transition (or a cycle of the graph): the
-    violation, the shortest workload that shows it, its trace, its unit."""
+    violation, the shortest workload that shows it, its trace, its unit, and
+    when it was met: the seconds into the exploration at which its unit's search
+    ended (where a search stops at its first finding, when it was met)."""
 
     violation: Violation
     workload: Workload
     trace: list[list[Event]]
     unit: int
+    seconds: float | None = None
 
 
 @dataclass
@@ -556,6 +563,9 @@ def explore_units(factory: SutFactory, plan: Plan, units: list[int], checks: Che
             reported = found if keep_going else {}
             bound = limits if best is None else replace(limits, max_depth=shortest(best) - 1)
             UnitSearch(factory, plan, unit, checks, bound, tally, reported, not keep_going, tick, coverage).run()
+            for finding in reported.values():
+                if finding.seconds is None:
+                    finding.seconds = round(time.monotonic() - start, 1)
             if not keep_going and reported:
                 best = next(iter(reported.values()))
     findings = list(found.values()) if keep_going else [best] if best is not None else []

@@ -58,8 +58,15 @@ def certificate_lines(cert: Certificate) -> list[str]:
         lines.append(f"  key checked: {t.merges_checked} merged states replayed from the root, no divergence")
     for f in cert.findings:
         lines += [f"FINDING {f['signature']}: {f['message']}",
-                  f"  {f['requests']} requests, {f['steps']} steps: {f['file']}", f"  replay: {f['replay']}"]
+                  f"  {f['requests']} requests, {f['steps']} steps{met_after(f)}: {f['file']}",
+                  f"  replay: {f['replay']}"]
     return lines
+
+
+def met_after(finding: dict) -> str:
+    """', met after N s' (the seconds into its part's exploration), where the
+    certificate says."""
+    return f", met after {finding['seconds']:.1f} s" if finding.get("seconds") is not None else ""
 
 
 def write_report(out: Path, command: str, cert: Certificate, factory: SutFactory, checks: CheckSet) -> Path:

@@ -55,7 +55,8 @@ class Progress:
 def finding_entry(finding: Finding, path: Path, adapter: str, checks: CheckSet) -> dict[str, Any]:
     v = finding.violation
     return {"signature": v.signature, "property": v.prop, "message": v.message, "steps": shortest(finding),
-            "requests": len(finding.workload.requests), "unit": finding.unit, "file": str(path),
+            "requests": len(finding.workload.requests), "unit": finding.unit, "seconds": finding.seconds,
+            "file": str(path),
             "replay": command_line(["replay", str(path), "--adapter", adapter, *checks.flags()])}
 
 
