@@ -223,7 +223,7 @@ SGLANG_MUTANTS = [
     ("stop tokens are ignored", ((BATCH_S, "matched_eos |= token_id in self.sampling_params.stop_token_ids",
                                   "matched_eos |= False"),)),
 ]
-SGLANG_KNOWN = "abort@checks/lifecycle.py:192,stall@checks/liveness.py:45,work@checks/lifecycle.py:123"
+SGLANG_KNOWN = "abort.not-ended,stall.state-repeats,work.token-uncomputed"
 
 
 TARGETS = {"engine": MUTANTS, "vllm": VLLM_MUTANTS, "lmdeploy": LMDEPLOY_MUTANTS, "sglang": SGLANG_MUTANTS}

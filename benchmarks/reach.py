@@ -17,8 +17,6 @@ Usage: python -m benchmarks.reach [--systems vllm,sglang,lmdeploy,minisched] [--
 from __future__ import annotations
 
 import argparse
-import ast
-import functools
 import tempfile
 import time
 from collections.abc import Iterable
@@ -31,7 +29,7 @@ from loopcheck.explorer.scoped import Limits, explore_units, make_plan
 from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.seeds import derived_seed
 from loopcheck.report import table
-from loopcheck.sut.code import code_paths
+from loopcheck.sut.code import code_paths, function_at
 from loopcheck.sut.coverage import Edge, EdgeCoverage
 from loopcheck.sut.loader import capabilities_of, load_factory
 
@@ -87,33 +85,10 @@ def unpacked(arc: object) -> tuple[int, int]:
     return -first if arc & (1 << 56) else first, -second if arc & (1 << 57) else second
 
 
-@functools.cache
-def functions(path: str) -> list[tuple[int, int, str]]:
-    """(first line, last line, qualified name) of each function in the file,
-    innermost last among those that contain a line."""
-    found: list[tuple[int, int, str]] = []
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                name = f"{prefix}{child.name}"
-                if not isinstance(child, ast.ClassDef):
-                    first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
-                    found.append((first, child.end_lineno or child.lineno, name))
-                visit(child, f"{name}.")
-            else:
-                visit(child, prefix)
-
-    visit(ast.parse(Path(path).read_text()), "")
-    return found
-
-
 def function_of(edge: Edge) -> str:
     """'file:function' holding the edge's first line (`<module>` outside any)."""
     path, arc = edge
-    line = abs(unpacked(arc)[0])
-    inside = [name for first, last, name in functions(path) if first <= line <= last]
-    return f"{Path(path).name}:{inside[-1] if inside else '<module>'}"
+    return f"{Path(path).name}:{function_at(path, abs(unpacked(arc)[0])) or '<module>'}"
 
 
 def branch_edges(edges: set[Edge], every: set[Edge]) -> set[Edge]:

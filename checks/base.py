@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from loopcheck.checks.signatures import signature_of
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event
-from loopcheck.sut.code import site
 from loopcheck.sut.protocol import Capabilities, Observation
 
 if TYPE_CHECKING:
@@ -21,26 +20,24 @@ class Violation(AssertionError):
     """A property found broken: its name, what happened, the step that showed it
     (numbered from 0 as arrivals and traces number steps: the step whose inputs,
     events or observation broke the property, the last one run for a check at
-    the end of a run), for a livelock the cycle (first step and length), and
-    `where` it was found: the FILE:LINE that built it (for a check, the rule that
-    broke; set by the constructor when not given), for a crash the system's line
-    that raised and the exception type, for a hang the line it was stopped at.
-    `signature` (PROP@WHERE) tells one bug from another of the same property."""
+    the end of a run), for a livelock the cycle (first step and length), the
+    `rule` that broke (a check's name for one of the property's rules, "" where
+    the property has one: checks/signatures.py lists them), and `where` in the
+    system the driver found it (a crash: FILE:FUNCTION:TYPE:SHAPE; a hang:
+    FILE:FUNCTION; "" for a check's finding). `signature` (PROPERTY,
+    PROPERTY.RULE or PROPERTY@WHERE) tells one bug from another of the same
+    property, and stays when lines move."""
 
     prop: str
     message: str
     cycle: dict[str, int] | None = None
     step: int | None = None
     where: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.where:
-            caller = sys._getframe(2)   # (0: this method, 1: the dataclass __init__)
-            self.where = site(caller.f_code.co_filename, caller.f_lineno)
+    rule: str = ""
 
     @property
     def signature(self) -> str:
-        return f"{self.prop}@{self.where}"
+        return signature_of(self.prop, self.rule, self.where)
 
     def __str__(self) -> str:
         where = f" (step {self.step})" if self.step is not None else ""
@@ -48,8 +45,11 @@ class Violation(AssertionError):
 
 
 def matches(violation: Violation, ignore: frozenset[str]) -> bool:
-    """Whether `ignore` names the violation's property or its signature."""
-    return violation.prop in ignore or violation.signature in ignore
+    """Whether `ignore` names the violation's property, its signature, or its
+    signature cut at one of its ':' (crash@FILE:FUNCTION: every crash there)."""
+    signature = violation.signature
+    return violation.prop in ignore or any(signature == entry or signature.startswith(f"{entry}:")
+                                           for entry in ignore)
 
 
 class Check:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from loopcheck.checks.base import Violation
+from loopcheck.checks.signatures import current, parsed
+from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event
 from loopcheck.model.workload import Workload, save_workload
 
@@ -38,5 +40,10 @@ def write_counterexample(path: Path, workload: Workload, violation: Violation,
 def recorded_violation(found: Workload) -> Violation:
     """The violation a counterexample file records."""
     extra = found.extra
-    return Violation(extra["property"], extra["message"], extra.get("cycle"), extra.get("step"),
-                     where=extra["signature"].partition("@")[2])
+    try:
+        signature = current(extra["signature"], "the counterexample's signature")
+    except WorkloadError:   # (an older crash or hang signature by line, of a system not installed: as written)
+        signature = extra["signature"]
+    _, rule, where = parsed(signature)
+    return Violation(extra["property"], extra["message"], extra.get("cycle"), extra.get("step"), where=where,
+                     rule=rule)

@@ -39,7 +39,7 @@ class Lifecycle(Check):
         for e in events:
             now = status.get(e.rid, SUBMITTED)
             if now not in ALLOWED[e.kind]:
-                raise Violation("lifecycle", f"{e} while {e.rid} is {now}")
+                raise Violation("lifecycle", f"{e} while {e.rid} is {now}", rule="transition")
             if e.kind == "preempt" and self._alone(e.rid, status) and (
                     lifetime_blocks(view.requests[e.rid].spec, cfg) + cfg.watermark_blocks <= cfg.num_blocks):
                 raise Violation("lone-preemption", f"{e.rid} was preempted while no other request was in the "
@@ -49,18 +49,20 @@ class Lifecycle(Check):
             r = view.requests[e.rid]
             spec = r.spec
             if e.kind == "token" and r.generated > spec.max_tokens:
-                raise Violation("lifecycle", f"{e.rid} has {r.generated} tokens, max_tokens is {spec.max_tokens}")
+                raise Violation("lifecycle", f"{e.rid} has {r.generated} tokens, max_tokens is {spec.max_tokens}",
+                                rule="past-max-tokens")
             if e.kind == "finish" and e.args[0] == "length" and r.generated != spec.max_tokens:
                 raise Violation("lifecycle", f"{e.rid} finished for length with {r.generated} of "
-                                             f"{spec.max_tokens} tokens")
+                                             f"{spec.max_tokens} tokens", rule="length-short")
             if e.kind == "token" and spec.stop_token is not None and e.args[1] == spec.stop_token and not any(
                     x.kind == "finish" and x.rid == e.rid for x in events):
                 raise Violation("lifecycle", f"{e.rid} generated its stop token {spec.stop_token} and did not "
-                                             "finish")
+                                             "finish", rule="stop-not-finished")
             if e.kind == "finish" and e.args[0] == "stop":
                 last = [x for x in events if x.kind == "token" and x.rid == e.rid]
                 if spec.stop_token is None or not last or last[-1].args[1] != spec.stop_token:
-                    raise Violation("lifecycle", f"{e.rid} finished for stop without its stop token")
+                    raise Violation("lifecycle", f"{e.rid} finished for stop without its stop token",
+                                    rule="stop-without-token")
 
     @staticmethod
     def _alone(rid: str, status: dict[str, str]) -> bool:
@@ -100,32 +102,35 @@ class Work(Check):
             ran = worked.get(e.rid) if e.kind in ("prefill", "token") else None
             if ran is not None and (e.kind == "prefill" or ran.kind == "token"):
                 raise Violation("work", f"{e} after {ran} in the same step: a request is in a step's batch once "
-                                        "(a prefill chunk, then at most the token it samples, or one decode)")
+                                        "(a prefill chunk, then at most the token it samples, or one decode)",
+                                rule="twice-in-step")
             if e.kind == "prefill":
                 worked[e.rid] = e
                 start, end, _ = e.args
                 known = len(view.requests[e.rid].spec.prompt) + tokens
                 if not 0 <= start < end <= known:
                     raise Violation("work", f"{e}: positions {start}..{end} of {e.rid}, which has {known} "
-                                            f"(prompt and tokens so far)")
+                                            f"(prompt and tokens so far)", rule="prefill-past-known")
                 self._depth_order(e, driver.cfg.wcpb, loops)
                 if reach is not None and start > reach:
                     raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
-                                            f"reach only {reach}, so positions {reach}..{start} were skipped")
+                                            f"reach only {reach}, so positions {reach}..{start} were skipped",
+                                    rule="prefill-skipped")
             elif e.kind == "token":
                 index, _, depth = e.args
                 if index != tokens:
-                    raise Violation("work", f"{e}: token {index} of {e.rid}, which has {tokens} tokens so far")
+                    raise Violation("work", f"{e}: token {index} of {e.rid}, which has {tokens} tokens so far",
+                                    rule="token-index")
                 input_position = len(view.requests[e.rid].spec.prompt) + tokens - 1
                 worked[e.rid] = e
                 needed = input_position if ran is None else input_position + 1   # (ran: a prefill computed it)
                 if reach is not None and reach < needed:
                     raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
                                             f"reach only {reach}, so positions {reach}..{needed} were not computed "
-                                            f"before its token {index}")
+                                            f"before its token {index}", rule="token-uncomputed")
                 if not driver.cfg.min_loops <= depth <= loops:
                     raise Violation("work", f"{e}: exit depth {depth} outside min_loops..num_loops "
-                                            f"({driver.cfg.min_loops}..{loops})")
+                                            f"({driver.cfg.min_loops}..{loops})", rule="exit-depth")
                 if e.rid in self.in_flight:
                     raise self._unfinished_chunk(e, loops)
             elif e.kind in ("admit", "resume", "preempt", "rewind", "finish"):
@@ -135,12 +140,13 @@ class Work(Check):
                     self.kept[e.rid] = reach or 0
                 elif e.kind == "resume" and e.args[1] > max(0, kept - e.args[0] * driver.cfg.block_size):
                     raise Violation("work", f"{e}: {e.rid} restores {e.args[1]} positions past its hit pages, but "
-                                            f"its preemption kept {kept} in a snapshot")
+                                            f"its preemption kept {kept} in a snapshot", rule="restore-past-snapshot")
 
     def _unfinished_chunk(self, e: Event, loops: int) -> Violation:
         """`e` came while its request's WCPB chunk had depths left to run."""
         start, end, depth = self.in_flight[e.rid]
-        return Violation("work", f"{e}: {e.rid}'s chunk {start}..{end} has run {depth} of {loops} depths")
+        return Violation("work", f"{e}: {e.rid}'s chunk {start}..{end} has run {depth} of {loops} depths",
+                         rule="chunk-depths")
 
     def _depth_order(self, e: Event, wcpb: bool, loops: int) -> None:
         """A prefill's depth: without WCPB, num_loops (the chunk runs every depth
@@ -157,7 +163,7 @@ class Work(Check):
             expected = self.in_flight[e.rid][2] + 1
         if depth != expected:
             raise Violation("work", f"{e}: depth {depth}, where {expected} comes next (WCPB "
-                                    f"{'on' if wcpb else 'off'}, {loops} depths)")
+                                    f"{'on' if wcpb else 'off'}, {loops} depths)", rule="depth-order")
         if depth < loops:
             self.in_flight[e.rid] = (start, end, depth)
         else:
@@ -190,10 +196,10 @@ class Aborts(Check):
             status = driver.view.requests[rid].status
             if status != FINISHED:
                 raise Violation("abort", f"{rid} was aborted before step {driver.t - 1} and is still {status} "
-                                         "after it")
+                                         "after it", rule="not-ended")
             if rid in reasons and reasons[rid] not in ("abort", "rejected"):
                 raise Violation("abort", f"{rid} was aborted before step {driver.t - 1} and finished in it for "
-                                         f"{reasons[rid]}")
+                                         f"{reasons[rid]}", rule="wrong-finish")
         self.aborted = []
 
 
@@ -213,14 +219,16 @@ class PrefixHits(Check):
         view, cfg = driver.view, driver.cfg
         for e, pages in view.hit_pages:
             if pages and not cfg.prefix_caching:
-                raise Violation("prefix-hits", f"{e}: {len(pages)} prefix-cache hits with prefix caching off")
+                raise Violation("prefix-hits", f"{e}: {len(pages)} prefix-cache hits with prefix caching off",
+                                rule="caching-off")
             for k, page in enumerate(pages):
                 if len(page) < (k + 1) * cfg.block_size:
                     raise Violation("prefix-hits", f"{e}: hit page {k} of {e.rid} ends past the {len(page)} "
-                                                   "positions it has")
+                                                   "positions it has", rule="past-positions")
                 if hash(page) not in view.computed_pages:
                     raise Violation("prefix-hits", f"{e}: hit page {k} of {e.rid} holds tokens {list(page)} at "
-                                                   f"positions 0..{len(page)}, which no request has computed")
+                                                   f"positions 0..{len(page)}, which no request has computed",
+                                    rule="uncomputed-hit")
 
 
 class PromptOnly(Check):
@@ -247,7 +255,7 @@ class PromptOnly(Check):
                 self.computed[e.rid] = e.args[1] >= prompt and e.args[2] == driver.cfg.num_loops
             elif e.kind == "finish" and e.args[0] == "length" and not self.computed.get(e.rid, False):
                 raise Violation("work", f"{e}: {e.rid} has max_tokens 0 and finished for length before its prompt "
-                                        f"({prompt} positions) was computed at every depth")
+                                        f"({prompt} positions) was computed at every depth", rule="prompt-not-computed")
 
 
 NO_CACHE_VIEW = "the system does not report its prefix cache's pages (capabilities.cached_pages)"
@@ -278,4 +286,4 @@ class CachedPages(Check):
             if hash(page) not in computed:
                 raise Violation("prefix-hits", f"the prefix cache holds page {len(page) // bs - 1} of tokens "
                                                f"{list(page)} (positions 0..{len(page)}), which no request has "
-                                               f"computed")
+                                               f"computed", rule="cached-page")

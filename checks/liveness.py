@@ -43,7 +43,8 @@ class Progress(Check):
         if key is not None and driver.sut.capabilities.state_key:
             if not events and self.seen.get(key) == driver.t - 1:
                 raise Violation("stall", f"nothing happens and nothing changes after step {driver.t - 1}; "
-                                         f"unfinished: {_names(driver)}", {"start": driver.t - 1, "length": 1})
+                                         f"unfinished: {_names(driver)}", {"start": driver.t - 1, "length": 1},
+                                rule="state-repeats")
             if key in self.seen:
                 start = self.seen[key]
                 raise Violation("livelock", f"the state after step {driver.t - 1} repeats the state after step "
@@ -52,7 +53,8 @@ class Progress(Check):
             self.seen[key] = driver.t
         self.quiet = 0 if events else self.quiet + 1
         if self.quiet >= self.stall_steps:
-            raise Violation("stall", f"{self.quiet} steps in a row with no event; unfinished: {_names(driver)}")
+            raise Violation("stall", f"{self.quiet} steps in a row with no event; unfinished: {_names(driver)}",
+                            rule="quiet-steps")
 
 
 class NeverFitRejected(Check):

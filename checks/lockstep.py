@@ -67,7 +67,8 @@ class Lockstep(Check):
             problems.append(f"blocks held: model {mobs.blocks_held}, system {obs.blocks_held}")
         if problems:
             prop = "conformance" if "events differ" in problems else "kv-conservation"
-            raise Violation(prop, divergence(driver.t - 1, model_events, events, problems))
+            raise Violation(prop, divergence(driver.t - 1, model_events, events, problems),
+                            rule="" if prop == "conformance" else "lockstep")
         problems = step_violations(before, model.state, model_events, model.env.workload)
         if problems:
             raise Violation("safety", "; ".join(problems))

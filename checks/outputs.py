@@ -68,7 +68,7 @@ class OutputEquivalence(Check):
             return
         if ref.violation is not None:   # the system's own crash or hang there: named as where it happened
             raise Violation(ref.violation.prop, f"on the unconstrained config of this workload: {ref.violation}",
-                            where=ref.violation.where)
+                            where=ref.violation.where, rule=ref.violation.rule)
         if not ref.drained:
             driver.skipped[self.label] = "the run on the unconstrained config did not drain (a liveness bug there)"
             return
@@ -79,9 +79,11 @@ class OutputEquivalence(Check):
                 continue
             got_o, want_o = obs.outputs[s.rid].to_json(), want.outputs[s.rid].to_json()
             if got_o != want_o:
-                raise Violation("output-equivalence", f"{s.rid}: {got_o} differs from the unconstrained run {want_o}")
+                raise Violation("output-equivalence", f"{s.rid}: {got_o} differs from the unconstrained run {want_o}",
+                                rule="tokens")
             if caps.fingerprints and same_pool and obs.fingerprints.get(s.rid) != want.fingerprints.get(s.rid):
-                raise Violation("output-equivalence", f"{s.rid}: output bits differ from the unconstrained run")
+                raise Violation("output-equivalence", f"{s.rid}: output bits differ from the unconstrained run",
+                                rule="bits")
 
 
 class ReportedOutputs(Check):

@@ -175,17 +175,18 @@ class DocumentedRules(Check):
             if guarded and not added[rid]:
                 raise Violation("futility-guard", f"{rid} preempted and was not admitted, and its guard got no new "
                                                   "entry: a futile preemption at a budget the guard already held, "
-                                                  "or one the guard did not record")
+                                                  "or one the guard did not record", rule="futile-unrecorded")
         for rid in sorted(set(added) - futile):
             raise Violation("futility-guard", f"the guard got entry {sorted(new - old)} for {rid}, which made no "
-                                              "futile preemption in this step")
+                                              "futile preemption in this step", rule="entry-without-futility")
         for rid, budget in sorted(new):
             if rid in came_in:
-                raise Violation("futility-guard", f"{rid} was admitted but its guard entry ({rid}, {budget}) stays")
+                raise Violation("futility-guard", f"{rid} was admitted but its guard entry ({rid}, {budget}) stays",
+                                rule="entry-stays")
         for rid, budget in sorted(old - new):
             if rid not in came_in:
                 raise Violation("futility-guard", f"guard entry ({rid}, {budget}) was dropped, but {rid} was not "
-                                                  "admitted or resumed")
+                                                  "admitted or resumed", rule="entry-dropped")
         if new and not guarded:
             raise Violation("futility-guard", f"the {cfg.preemption_policy} policy keeps guard entries: "
-                                              f"{sorted(new)}")
+                                              f"{sorted(new)}", rule="policy-keeps-entries")

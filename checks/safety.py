@@ -52,13 +52,13 @@ class KvConservation(Check):
 
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         if obs.kv_errors:
-            raise Violation("kv-conservation", "; ".join(obs.kv_errors))
+            raise Violation("kv-conservation", "; ".join(obs.kv_errors), rule="reported-errors")
         if obs.blocks_held > driver.cfg.num_blocks or obs.blocks_held < 0:
             raise Violation("kv-conservation", f"{obs.blocks_held} blocks held of a pool of "
-                                               f"{driver.cfg.num_blocks}")
+                                               f"{driver.cfg.num_blocks}", rule="held-out-of-range")
         if not driver.view.unfinished() and obs.blocks_held:
             raise Violation("kv-conservation", f"every request finished, but {obs.blocks_held} blocks "
-                                               "are still held")
+                                               "are still held", rule="held-after-finish")
         running = [r for r in driver.view.open.values() if r.status == RUNNING]
 
         def reached() -> str:   # for the messages only
@@ -76,7 +76,8 @@ class KvConservation(Check):
 
     def at_end(self, driver: Driver, obs: Observation) -> None:
         if obs.blocks_held:
-            raise Violation("kv-conservation", f"drained, but {obs.blocks_held} blocks are still held")
+            raise Violation("kv-conservation", f"drained, but {obs.blocks_held} blocks are still held",
+                            rule="held-after-drain")
 
 
 class KvTables(Check):
@@ -107,15 +108,15 @@ class KvTables(Check):
             pages, rid = obs.block_tables.get(r.spec.rid, []), r.spec.rid
             if len(pages) * cfg.block_size < (r.reach or 0):
                 raise Violation("kv-tables", f"{rid} has positions 0..{r.reach} by the trace, but its table lists "
-                                             f"{len(pages)} pages of {cfg.block_size}")
+                                             f"{len(pages)} pages of {cfg.block_size}", rule="page-count")
             listed: set[int] = set()
             for k, page in enumerate(pages):
                 if len(page) != cfg.planes:
                     raise Violation("kv-tables", f"page {k} of {rid} lists {len(page)} blocks, a page takes "
-                                                 f"{cfg.planes} under kv_layout={cfg.kv_layout}")
+                                                 f"{cfg.planes} under kv_layout={cfg.kv_layout}", rule="page-blocks")
                 for block in page:
                     if block in listed:
-                        raise Violation("kv-tables", f"{rid}'s table lists block {block} twice")
+                        raise Violation("kv-tables", f"{rid}'s table lists block {block} twice", rule="block-twice")
                     listed.add(block)
                     if block in first_holder:
                         _shared(block, *first_holder[block], r, k, cfg.block_size)
@@ -123,7 +124,8 @@ class KvTables(Check):
                         first_holder[block] = (r, k)
         if 0 <= obs.blocks_held < len(first_holder):   # (a count out of the pool's range: kv-conservation)
             raise Violation("kv-tables", f"the running requests' tables list {len(first_holder)} blocks, but "
-                                         f"{obs.blocks_held} are held: a listed block is counted free")
+                                         f"{obs.blocks_held} are held: a listed block is counted free",
+                            rule="listed-counted-free")
 
 
 def _shared(block: int, a: RequestView, j: int, b: RequestView, k: int, block_size: int) -> None:
@@ -131,16 +133,18 @@ def _shared(block: int, a: RequestView, j: int, b: RequestView, k: int, block_si
     same page of both, of the same tokens, which one of them has written in
     full; else a Violation."""
     if j != k:
-        raise Violation("kv-tables", f"block {block} is page {j} of {a.spec.rid} and page {k} of {b.spec.rid}")
+        raise Violation("kv-tables", f"block {block} is page {j} of {a.spec.rid} and page {k} of {b.spec.rid}",
+                        rule="block-two-pages")
     end = (k + 1) * block_size
     if max(a.reach or 0, b.reach or 0) < end:
         raise Violation("kv-tables", f"block {block}, page {k} of {a.spec.rid} and {b.spec.rid}, is shared but "
                                      f"they have only positions 0..{a.reach or 0} and 0..{b.reach or 0} of it "
-                                     "(a page is shared once one of them has written it in full)")
+                                     "(a page is shared once one of them has written it in full)",
+                        rule="shared-unwritten")
     if a.content(end) != b.content(end):
         raise Violation("kv-tables", f"block {block}, page {k} of {a.spec.rid} and {b.spec.rid}, is shared but "
                                      f"their tokens at positions 0..{end} differ: {list(a.content(end))} and "
-                                     f"{list(b.content(end))}")
+                                     f"{list(b.content(end))}", rule="shared-differ")
 
 
 class KvHitBlocks(Check):

@@ -18,6 +18,7 @@ from loopcheck.checks.lockstep import Lockstep, ModelBounds
 from loopcheck.checks.outputs import OutputEquivalence, ReportedOutputs
 from loopcheck.checks.rules import DocumentedRules
 from loopcheck.checks.safety import Caps, KvConservation, KvHitBlocks, KvTables
+from loopcheck.checks.signatures import PLACED, RULES, current
 from loopcheck.model.errors import WorkloadError
 from loopcheck.sut.driver import DRIVER_PROPERTIES
 
@@ -52,29 +53,35 @@ def properties() -> list[str]:
 @dataclass(frozen=True)
 class CheckSet:
     """The checks of a run: a mode's (`checks_for`), none reporting a violation
-    whose property or signature (PROP@WHERE, `Violation.signature`) is in
-    `ignore` (counted instead: to look past a known bug; see `Ignoring`). The
-    driver's own findings (crash, hang, liveness) are ignored only by signature:
+    whose property or signature (`Violation.signature`, or a signature cut at a
+    ':') is in `ignore` (counted instead: to look past a known bug; see
+    `Ignoring`); signatures by line of an older loopcheck are read as their new
+    names (`signatures.current`). A crash or hang is ignored only by signature:
     such a finding then ends its run quietly (`RunEnded`). WorkloadError:
-    `ignore` names a property no check reports, or a driver finding by property
-    alone."""
+    `ignore` names a property or rule no check reports, or a crash or hang by
+    property alone."""
 
     mode: str
     ignore: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "ignore", frozenset(current(entry) for entry in self.ignore))
         known = properties()
         for entry in sorted(self.ignore):
             prop, at, where = entry.partition("@")
             if at and not where:
-                raise WorkloadError(f"--ignore: {entry!r} names no place after '@' (PROP@FILE:LINE, as a summary "
-                                    "prints signatures)")
-            if prop in DRIVER_PROPERTIES and not at:
-                raise WorkloadError(f"--ignore: {prop!r} is the driver's own finding ({', '.join(DRIVER_PROPERTIES)}: "
-                                    "the system crashed, hung or did not drain); ignore one by its signature "
-                                    f"({prop}@FILE:LINE..., as a summary prints it), not all of them")
+                raise WorkloadError(f"--ignore: {entry!r} names no place after '@' (PROP@FILE:FUNCTION..., as a "
+                                    "summary prints signatures)")
+            if prop in PLACED and not at:
+                raise WorkloadError(f"--ignore: {prop!r} is the driver's own finding ({', '.join(PLACED)}: "
+                                    "the system crashed or hung); ignore one by its signature "
+                                    f"({prop}@FILE:FUNCTION..., as a summary prints it), not all of them")
+            prop, _, rule = prop.partition(".")
             if prop not in DRIVER_PROPERTIES and prop not in known:
                 raise WorkloadError(f"--ignore: unknown property {prop!r} (known: {', '.join(known)})")
+            if rule and rule not in RULES.get(prop, ()):
+                rules = ", ".join(f"{prop}.{r}" for r in RULES.get(prop, ())) or f"{prop} alone: it has one rule"
+                raise WorkloadError(f"--ignore: unknown rule {entry!r} (the rules of {prop}: {rules})")
 
     def build(self) -> list[Check]:
         """Fresh instances."""

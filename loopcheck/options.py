@@ -22,9 +22,10 @@ def add_check_mode(p: argparse.ArgumentParser) -> None:
                         "default: lockstep for those, else property")
     p.add_argument("--ignore", action="append", default=[], metavar="PROPERTY|SIGNATURE,...",
                    help="report no violation of these properties (the names of counterexample files: see "
-                        "docs/checking.md), or of these signatures (PROPERTY@FILE:LINE, as a summary prints them: "
-                        "one rule of a property, or a crash or hang at one line of the system); counted instead, "
-                        "to look past a known bug; repeat it to ignore more")
+                        "docs/checking.md), or of these signatures, as a summary prints them (PROPERTY.RULE: one "
+                        "rule of a property; crash@FILE:FUNCTION:TYPE:SHAPE or hang@FILE:FUNCTION: a crash or "
+                        "hang in one function of the system; a signature cut at a ':' ignores all it begins); "
+                        "counted instead, to look past a known bug; repeat it to ignore more")
 
 
 def factory_of(args: argparse.Namespace) -> SutFactory:

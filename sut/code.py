@@ -1,8 +1,11 @@
 """The system's own code: where its files are (from the modules its
-capabilities name), and how a line of code is named in a bug's signature."""
+capabilities name), and how a place in it is named in a message (a line) and
+in a bug's signature (a function)."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.util
 import sysconfig
 from pathlib import Path
@@ -10,14 +13,25 @@ from pathlib import Path
 STDLIB = tuple(str(Path(sysconfig.get_paths()[k])) for k in ("stdlib", "platstdlib"))
 
 
-def site(filename: str, line: int | None) -> str:
-    """FILE:LINE, the file named from its package down (past site-packages, or
-    its folder and name): the same on every machine with the same install."""
+def file_name(filename: str) -> str:
+    """The file named from its package down (past site-packages, or its folder
+    and name): the same on every machine with the same install."""
     parts = Path(filename).parts
     for marker in ("site-packages", "dist-packages"):
         if marker in parts:
-            return f"{'/'.join(parts[len(parts) - parts[::-1].index(marker):])}:{line}"
-    return f"{'/'.join(parts[-2:])}:{line}"
+            return "/".join(parts[len(parts) - parts[::-1].index(marker):])
+    return "/".join(parts[-2:])
+
+
+def site(filename: str, line: int | None) -> str:
+    """FILE:LINE (`file_name`), for messages: a line moves when the file changes."""
+    return f"{file_name(filename)}:{line}"
+
+
+def place(filename: str, function: str) -> str:
+    """FILE:FUNCTION (`file_name`, the function's qualified name), for signatures:
+    it stays while lines move."""
+    return f"{file_name(filename)}:{function}"
 
 
 def code_paths(modules: tuple[str, ...]) -> tuple[str, ...]:
@@ -39,8 +53,11 @@ def code_paths(modules: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(paths)
 
 
-def innermost(frames: list[tuple[str, int | None]], own: tuple[str, ...]) -> tuple[str, int | None] | None:
-    """Of (file, line) frames, outermost first, the innermost in the system's own
+Frame = tuple[str, int | None, str]   # (file, line, function's qualified name)
+
+
+def innermost(frames: list[Frame], own: tuple[str, ...]) -> Frame | None:
+    """Of frames, outermost first, the innermost in the system's own
     code (files under the paths `own`), else the innermost outside the standard
     library, else the innermost; None for no frames."""
     def resolved(filename: str) -> str:
@@ -53,3 +70,36 @@ def innermost(frames: list[tuple[str, int | None]], own: tuple[str, ...]) -> tup
         if chosen:
             return chosen[-1]
     return None
+
+
+@functools.cache
+def functions(path: str) -> tuple[tuple[int, int, str], ...]:
+    """(first line, last line, qualified name) of each function in the Python
+    file, an enclosing function before those inside it; none if it does not parse."""
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    found: list[tuple[int, int, str]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                    found.append((first, child.end_lineno or child.lineno, name))
+                    name += ".<locals>"
+                visit(child, f"{name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return tuple(found)
+
+
+def function_at(path: str, line: int) -> str | None:
+    """The qualified name (as `co_qualname` gives it) of the innermost function
+    of the file holding `line`; None outside any."""
+    inside = [name for first, last, name in functions(path) if first <= line <= last]
+    return inside[-1] if inside else None

@@ -7,6 +7,8 @@ through `Driver` (incrementally) or `run_workload` (a recorded workload).
 
 from __future__ import annotations
 
+import hashlib
+import re
 import signal
 import threading
 import traceback
@@ -22,7 +24,7 @@ from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event
 from loopcheck.model.simulate import Counters
 from loopcheck.model.workload import InputSchedule, RequestSpec, Workload
-from loopcheck.sut.code import code_paths, innermost, site
+from loopcheck.sut.code import Frame, code_paths, innermost, place, site
 from loopcheck.sut.coverage import EdgeCoverage
 from loopcheck.sut.protocol import (
     Internals,
@@ -80,29 +82,41 @@ def watchdog(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, handler)
 
 
-def _stopped_at(exc: BaseException, own: tuple[str, ...]) -> tuple[tuple[str, int | None] | None, str]:
+def _stopped_at(exc: BaseException, own: tuple[str, ...]) -> tuple[Frame | None, str]:
     """Where `exc` stopped the system: of the frames it passed through outside this
     module, the innermost in the system's own code (`code.innermost`), and " at
     FILE:LINE" for a message ("" for none)."""
-    frames = [(f.filename, f.lineno) for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
-    line = innermost(frames, own)
-    return line, f" at {line[0]}:{line[1]}" if line else ""
+    frames = [(frame.f_code.co_filename, line, frame.f_code.co_qualname)
+              for frame, line in traceback.walk_tb(exc.__traceback__) if frame.f_code.co_filename != __file__]
+    found = innermost(frames, own)
+    return found, f" at {site(found[0], found[1])}" if found else ""
+
+
+def message_shape(text: str) -> str:
+    """A short hash of the message with its numbers (and addresses) taken out:
+    two crashes of one type in one function with messages of other shapes stay
+    apart, the same crash with other numbers does not."""
+    shape = re.sub(r"\d+", "#", re.sub(r"0x[0-9a-fA-F]+", "#", text))
+    return hashlib.sha256(shape.encode()).hexdigest()[:6]
 
 
 def crash(verb: str, exc: BaseException, own: tuple[str, ...] = ()) -> Violation:
-    """An exception raised inside the SUT, as a violation naming where it was
-    raised (the innermost line in the system's own code, the paths `own`; see
-    `code.innermost`) and its type."""
-    line, at = _stopped_at(exc, own)
-    where = f"{site(*line)}:{type(exc).__name__}" if line else type(exc).__name__
+    """An exception raised inside the SUT, as a violation named by where it was
+    raised (the function of the innermost frame in the system's own code, the
+    paths `own`; see `code.innermost`), its type and its message's shape
+    (`message_shape`): FILE:FUNCTION:TYPE:SHAPE."""
+    found, at = _stopped_at(exc, own)
+    kind = f"{type(exc).__name__}:{message_shape(str(exc))}"
+    where = f"{place(found[0], found[2])}:{kind}" if found else kind
     return Violation("crash", f"{type(exc).__name__}: {exc} (in {verb}(){at})", where=where)
 
 
 def hang(verb: str, stopped: Overran, own: tuple[str, ...] = ()) -> Violation:
-    """A call into the SUT that did not return within CALL_TIMEOUT, naming where it was stopped."""
-    line, at = _stopped_at(stopped, own)
+    """A call into the SUT that did not return within CALL_TIMEOUT, named by the
+    function it was stopped in (FILE:FUNCTION)."""
+    found, at = _stopped_at(stopped, own)
     return Violation("hang", f"{verb}() did not return within {CALL_TIMEOUT:g} s (stopped{at})",
-                     where=site(*line) if line else verb)
+                     where=place(found[0], found[2]) if found else verb)
 
 
 def check_pinned(pinned: dict[str, Any], cfg: Config) -> None:

@@ -73,10 +73,10 @@ class Capabilities:
       (the `kv-tables` checks run).
     code: the modules (dotted names, packages included with what is under them)
       of the system's own scheduling, cache and pool code, for example
-      ("vllm.v1.core",): a crash is named by its innermost line there, and the
-      fuzzer's coverage guidance measures lines only there. Empty: a crash is
-      named by its innermost line outside the standard library, and no coverage
-      is measured.
+      ("vllm.v1.core",): a crash is named by its innermost function there, and
+      the fuzzer's coverage guidance measures lines only there. Empty: a crash is
+      named by its innermost function outside the standard library, and no
+      coverage is measured.
     refuses: workload features (`loopcheck.fuzz.strategies.Shape` fields, for
       example ("prompt_only",) for an API that refuses max_tokens 0) the system's
       API refuses: they are never drawn for it (a request it refuses anyway is

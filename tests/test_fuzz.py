@@ -160,7 +160,7 @@ def test_parallel_campaigns_report_each_worker(tmp_path, capsys) -> None:
     assert code == 1
     assert (tmp_path / "w0/counterexample-kv-conservation.json").exists()
     assert (tmp_path / "w1/counterexample-kv-conservation.json").exists()
-    assert out.count("COUNTEREXAMPLE kv-conservation@") == 1
+    assert out.count("COUNTEREXAMPLE kv-conservation.") == 1
     assert f"{tmp_path}/w0/counterexample-kv-conservation.json" in out
 
 

@@ -3,7 +3,6 @@ rule or one crash line, and independent seeds."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import pickle
 from collections import Counter
@@ -24,7 +23,8 @@ from loopcheck.fuzz.shrink import separated
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import RequestSpec, Workload, load_workload
-from loopcheck.sut.driver import run_workload
+from loopcheck.sut.code import functions
+from loopcheck.sut.driver import message_shape, run_workload
 from tests.toy_scheduler import PINNED, ToyScheduler
 
 TOY = str(Path(__file__).parent / "toy_scheduler.py")
@@ -49,20 +49,23 @@ def leaking() -> Workload:
                           RequestSpec("c", (7, 8, 9), 2, arrival=2)))
 
 
-def test_a_violation_is_signed_by_the_rule_that_built_it() -> None:
-    here, line = Violation("work", "made here"), inspect.currentframe().f_lineno
-    assert here.where == f"tests/test_keep_going.py:{line}" and here.signature == f"work@{here.where}"
-    assert Violation("work", "x", where="checks/lifecycle.py:1").signature == "work@checks/lifecycle.py:1"
+def test_a_violation_is_signed_by_its_property_and_rule() -> None:
+    assert Violation("seq-cap", "one rule").signature == "seq-cap"
+    assert Violation("work", "x", rule="token-uncomputed").signature == "work.token-uncomputed"
+    assert Violation("crash", "x", where="a/b.py:f:ValueError:0a1b2c").signature == "crash@a/b.py:f:ValueError:0a1b2c"
 
 
-def test_a_crash_is_signed_by_the_systems_line_and_the_exception_type() -> None:
+def test_a_crash_is_signed_by_the_systems_function_the_exception_type_and_the_message_shape() -> None:
     run = run_workload(crashing_abort(), toy("crash-on-abort"), PROPERTY.build())
     v = run.violation
     assert v is not None and v.prop == "crash"
-    assert v.where.startswith("tests/toy_scheduler.py:") and v.where.endswith(":RuntimeError")
-    line = int(v.where.split(":")[1])
-    source = (Path(TOY).read_text().splitlines())[line - 1]
-    assert 'raise RuntimeError("abort of a waiting request")' in source
+    file, function, kind, shape = v.where.split(":")
+    assert (file, kind, len(shape)) == ("tests/toy_scheduler.py", "RuntimeError", 6)
+    source = Path(TOY).read_text().splitlines()
+    first, last = next((a, b) for a, b, name in functions(TOY) if name == function)
+    assert any('raise RuntimeError("abort of a waiting request")' in line for line in source[first - 1:last])
+    assert message_shape("block 12 at 0x7f3a is free") == message_shape("block 3 at 0x10 is free")
+    assert message_shape("block 12 is free") != message_shape("block 12 is held")
 
 
 def test_an_ignored_crash_ends_its_run_quietly_and_other_crashes_still_count() -> None:
@@ -72,8 +75,10 @@ def test_an_ignored_crash_ends_its_run_quietly_and_other_crashes_still_count() -
     assert quiet.violation is None and not quiet.drained
     assert quiet.driver.ended_by is not None and quiet.driver.ended_by.signature == found.signature
     other = run_workload(crashing_abort(), toy("crash-on-abort"),
-                         PROPERTY.ignoring("crash@tests/toy_scheduler.py:1:RuntimeError").build())
+                         PROPERTY.ignoring("crash@tests/toy_scheduler.py:ToyScheduler.add:RuntimeError").build())
     assert other.violation is not None and other.violation.signature == found.signature
+    cut = found.signature.rpartition(":")[0]   # (every message shape of that crash: a signature cut at a ':')
+    assert run_workload(crashing_abort(), toy("crash-on-abort"), PROPERTY.ignoring(cut).build()).violation is None
 
 
 def test_the_caps_are_two_properties() -> None:
@@ -86,12 +91,25 @@ def test_the_caps_are_two_properties() -> None:
 
 
 @pytest.mark.parametrize("entry,error", [
-    ("crash", "ignore one by its signature"), ("liveness", "ignore one by its signature"),
-    ("work@", "names no place after '@'"), ("nope@x.py:1", "unknown property 'nope'")])
-def test_ignore_entries_are_properties_or_signatures(entry: str, error: str) -> None:
+    ("crash", "ignore one by its signature"), ("hang", "ignore one by its signature"),
+    ("work@", "names no place after '@'"), ("nope@x.py:f", "unknown property 'nope'"),
+    ("work.nope", "unknown rule 'work.nope'"), ("seq-cap.nope", "seq-cap alone: it has one rule"),
+    ("work@checks/lifecycle.py:9", "a signature by line of an older loopcheck that this one does not know")])
+def test_ignore_entries_are_properties_rules_or_signatures(entry: str, error: str) -> None:
     with pytest.raises(WorkloadError, match=error):
         CheckSet("property", frozenset({entry}))
-    assert CheckSet("property", frozenset({"crash@x.py:3:ValueError", "work@checks/lifecycle.py:9"})).ignore
+    assert CheckSet("property", frozenset({"crash@x.py:f:ValueError", "work.token-uncomputed", "liveness"})).ignore
+
+
+def test_signatures_by_line_of_the_last_release_are_read_as_their_new_names(capsys) -> None:
+    old = {"stall@checks/liveness.py:45", "work@checks/lifecycle.py:123", "liveness@sut/driver.py:268"}
+    assert CheckSet("property", frozenset(old)).ignore == {"stall.state-repeats", "work.token-uncomputed", "liveness"}
+    err = capsys.readouterr().err
+    assert "stall@checks/liveness.py:45 is a signature by line of an older loopcheck; it is now stall.state-repeats" \
+        in err
+    line = next(a for a, _, name in functions(TOY) if name == "ToyScheduler.step") + 1
+    (entry,) = CheckSet("property", frozenset({f"crash@tests/toy_scheduler.py:{line}:RuntimeError"})).ignore
+    assert entry == "crash@tests/toy_scheduler.py:ToyScheduler.step:RuntimeError"
 
 
 def test_keep_going_reports_each_distinct_bug_once_each_in_a_file_that_replays(tmp_path: Path) -> None:
@@ -214,7 +232,7 @@ def test_a_campaign_reports_a_separated_finding_once_and_goes_on(tmp_path: Path)
     result = run_campaign("guarded", 600, 3, tmp_path, "random", factory=toy("no-reject", "slot-cap"), checks=checks,
                           keep_going=True, max_examples=200, max_replays=30)
     signatures = [f.violation.signature for f in result.findings]
-    assert result.stats.separations["seq-cap@checks/safety.py:33"] and "seq-cap@checks/safety.py:33" in signatures
+    assert result.stats.separations["seq-cap"] and "seq-cap" in signatures
     assert len(signatures) == len(set(signatures))
     assert not result.stats.separated   # it keeps no run (a vLLM run does not pickle): a worker's result crosses
     assert pickle.loads(pickle.dumps(result)).findings   # to the parent process

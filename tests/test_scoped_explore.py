@@ -32,7 +32,7 @@ def certificate(out: Path) -> dict:
 def test_a_planted_bug_is_found_with_its_shortest_workload_which_replays(tmp_path: Path, capsys) -> None:
     assert explore(tmp_path, f"{TOY}:leaky_over_slots") == 1
     (finding,) = certificate(tmp_path)["findings"]
-    assert finding["signature"].startswith("kv-conservation@")
+    assert finding["signature"].startswith("kv-conservation.")
     assert (finding["steps"], finding["requests"]) == (1, 1)   # (a request finishing in one step leaks its block)
     assert "FOUND 1 finding" in capsys.readouterr().out
     assert (tmp_path / "report.md").read_text().count("![timeline") == 1
