@@ -27,8 +27,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", choices=("unguarded", "guarded"), help="override config.preemption_policy")
     p.add_argument("--json", action="store_true", help="print one JSON object (with the trace)")
     p.add_argument("--plot", metavar="PNG", help="draw the run as a timeline: a row per request (waiting, running, "
-                   "preempted; prefill and decode work; preemption arrows from requester to victim), the cycle "
-                   "shaded, blocks held beneath")
+                   "preempted; prefill and decode work; preemptions and resumptions marked, with arrows from "
+                   "requester to victim), the cycle shaded, blocks held beneath")
 
 
 def render(workload: Workload, rep: Replay) -> str:

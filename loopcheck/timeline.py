@@ -1,6 +1,7 @@
 """A run drawn as a per-request timeline: a row per request, coloured by its
 status after each step (waiting, running, preempted; nothing before it arrives or
-after it finishes), its prefill and decode work per step, an arrow from each
+after it finishes), its prefill and decode work per step, a mark at each
+preemption and resumption (so that both in one step show), an arrow from each
 preemption's requester to its victim, the repeating cycle of a livelock shaded,
 and the KV blocks held beneath. Read from the events alone, so it draws any
 system's run (`loopcheck replay --plot`, and each counterexample a campaign
@@ -18,6 +19,9 @@ from loopcheck.model.workload import Workload
 from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, WAITING
 
 COLOURS = {WAITING: "#d9d9d9", RUNNING: "#9ecae1", PREEMPTED: "#fdae6b"}
+# per event kind, where in its step its marker goes (a preemption to the left, a resumption to the right) and it
+MARKS = {"preempt": (-0.25, {"marker": "x", "markersize": 6, "color": "#a63603"}),
+         "resume": (0.25, {"marker": "^", "markersize": 5, "color": "#6a51a3"})}
 MAX_STEPS_DRAWN = 400   # a longer run is drawn up to its cycle's second repetition, or cut here
 
 
@@ -52,6 +56,16 @@ def statuses(run: Timeline) -> dict[str, list[str | None]]:
         for rid, status in now.items():
             rows[rid].append(last.get(rid) if status == FINISHED else status)
     return rows
+
+
+def marked(run: Timeline, steps: int) -> list[tuple[float, str, str]]:
+    """(where on the step axis, request, event kind) of each preemption and
+    resumption in the first `steps` steps: marked even where the status after
+    the step hides them (preempted and resumed, or resumed and preempted, in
+    one step), a preemption left of its step's centre, a resumption right."""
+    requests = {r.rid for r in run.workload.requests}
+    return [(t + MARKS[e.kind][0], e.rid, e.kind) for t, events in enumerate(run.events[:steps]) for e in events
+            if e.kind in MARKS and e.rid in requests]
 
 
 def check_matplotlib(flag: str) -> None:
@@ -104,6 +118,8 @@ def draw(run: Timeline, path: Path | str) -> None:
             elif e.kind == "preempt" and str(e.args[0]) in y:
                 top.annotate("", xy=(t, y[e.rid]), xytext=(t, y[str(e.args[0])]),
                              arrowprops={"arrowstyle": "->", "color": "#cb181d", "lw": 1.2})
+    for x, rid, kind in marked(run, steps):
+        top.plot(x, y[rid], linestyle="", **MARKS[kind][1])
     bottom.bar(range(steps), run.held[:steps], width=1.0, color="#74c476", linewidth=0)
     bottom.xaxis.set_major_locator(MaxNLocator(nbins=12, integer=True, min_n_ticks=1))
     cfg = run.workload.config
@@ -130,6 +146,8 @@ def draw(run: Timeline, path: Path | str) -> None:
                plt.Line2D([], [], marker="o", color="#238b45", linestyle="", label="token"),
                plt.Line2D([], [], marker="|", color="black", linestyle="", markersize=10, label="finish"),
                plt.Line2D([], [], color="#cb181d", marker=">", label="preemption: requester -> victim")]
+    legend += [plt.Line2D([], [], linestyle="", label=label, **MARKS[kind][1]) for kind, label in
+               (("preempt", "preempted"), ("resume", "resumed"))]
     if run.marked_step is not None:
         legend.append(plt.Line2D([], [], color="#cb181d", linestyle="--", label="the violation's step"))
     if run.cycle:

@@ -561,21 +561,25 @@ def test_the_collector_runs_less_often_only_while_exploring() -> None:
     assert gc.get_threshold() == before
 
 
-def test_a_timeline_row_is_the_status_after_each_step() -> None:
+def test_a_timeline_row_is_the_status_after_each_step_and_marks_what_the_status_hides() -> None:
     """Statuses read from the events: none before arrival, the status a step left
     (a preemption and resumption in one step leave it running), the finishing
-    step drawn in the status it finished from, none after."""
+    step drawn in the status it finished from, none after; each preemption and
+    resumption marked."""
     from loopcheck.model.events import Event
-    from loopcheck.timeline import Timeline, statuses
+    from loopcheck.timeline import Timeline, marked, statuses
 
     w = workload(req("a", 2, 2), req("b", 2, 2))
     steps = [[Event("arrive", "a"), Event("admit", "a", (0,))],
              [Event("arrive", "b"), Event("preempt", "a", ("b", False)), Event("resume", "a", (0, 0))],
              [Event("preempt", "a", ("b", False))],
              [Event("admit", "b", (0,)), Event("finish", "b", ("length",))], []]
-    rows = statuses(Timeline(w, steps, [0] * len(steps), None, None, ""))
-    assert rows == {"a": ["running", "running", "preempted", "preempted", "preempted"],
-                    "b": [None, "waiting", "waiting", "running", None]}
+    run = Timeline(w, steps, [0] * len(steps), None, None, "")
+    assert statuses(run) == {"a": ["running", "running", "preempted", "preempted", "preempted"],
+                             "b": [None, "waiting", "waiting", "running", None]}
+    # the status hides step 1's preemption and resumption: each is marked, in its order within the step
+    assert marked(run, len(steps)) == [(0.75, "a", "preempt"), (1.25, "a", "resume"), (1.75, "a", "preempt")]
+    assert marked(run, 1) == []
 
 
 def test_a_timeline_names_the_preemption_policy_only_for_a_system_with_loopchecks_semantics() -> None:
