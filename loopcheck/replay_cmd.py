@@ -28,7 +28,8 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (with the trace)")
     p.add_argument("--plot", metavar="PNG", help="draw the run as a timeline: a row per request (waiting, running, "
                    "preempted; prefill and decode work; preemptions and resumptions marked, with arrows from "
-                   "requester to victim), the cycle shaded, blocks held beneath")
+                   "requester to victim), the cycle shaded, the prefix cache's pages where the system reports "
+                   "them, blocks held beneath")
 
 
 def render(workload: Workload, rep: Replay) -> str:

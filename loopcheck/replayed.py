@@ -31,6 +31,7 @@ class Replay:
     ended_by: Violation | None = None   # an ignored crash, hang or liveness finding that ended the run
     semantics: str | None = None   # the system's capabilities.semantics (None: not loopcheck's, no policy)
     refused: dict[str, str] = field(default_factory=dict)   # requests the system refused at `add` -> why
+    cached: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)   # the prefix cache's pages per step
 
     def record(self, events: list[Event], obs: Observation) -> None:
         done = sum(e.kind == "finish" for e in events) + (self.finished[-1] if self.finished else 0)
@@ -39,6 +40,7 @@ class Replay:
         self.held.append(obs.blocks_held)
         self.finished.append(done)
         self.preemptions.append(pre)
+        self.cached.append(tuple(obs.cached_pages))
 
     def timeline(self, workload: Workload, system: str) -> Timeline:
         """This replay as a timeline, headed by the system (an adapter's file by its
@@ -48,7 +50,8 @@ class Replay:
                 f"not drained after {len(self.events)} steps")
         policy = f", policy {workload.config.preemption_policy}" if self.semantics == "loopcheck" else ""
         return Timeline(workload, self.events, self.held, v.cycle if v else None, v.step if v else None,
-                        f"{Path(system).name}, {len(workload.requests)} requests{policy}: {what}")
+                        f"{Path(system).name}, {len(workload.requests)} requests{policy}: {what}",
+                        self.cached if any(self.cached) else None)
 
 
 def replay(workload: Workload, factory: SutFactory, checks: CheckSet, max_steps: int | None = None) -> Replay:

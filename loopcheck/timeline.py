@@ -3,9 +3,10 @@ status after each step (waiting, running, preempted; nothing before it arrives o
 after it finishes), its prefill and decode work per step, a mark at each
 preemption and resumption (so that both in one step show), an arrow from each
 preemption's requester to its victim, the repeating cycle of a livelock shaded,
-and the KV blocks held beneath. Read from the events alone, so it draws any
-system's run (`loopcheck replay --plot`, and each counterexample a campaign
-writes)."""
+the pages the prefix cache held (where the system reports them: red while a
+page was never computed) and the KV blocks held beneath. Read from the events
+(and the reported cache) alone, so it draws any system's run (`loopcheck replay
+--plot`, and each counterexample a campaign writes)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event
 from loopcheck.model.workload import Workload
-from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, WAITING
+from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, WAITING, TraceView
 
 COLOURS = {WAITING: "#d9d9d9", RUNNING: "#9ecae1", PREEMPTED: "#fdae6b"}
 # per event kind, where in its step its marker goes (a preemption to the left, a resumption to the right) and it
@@ -29,8 +30,9 @@ MAX_STEPS_DRAWN = 400   # a longer run is drawn up to its cycle's second repetit
 class Timeline:
     """What a timeline shows: the workload, each step's events and blocks held
     after it, the cycle of a livelock ({"start", "length"} in steps, or None),
-    the step a violation showed in (None: none) and the headline (what the run
-    showed)."""
+    the step a violation showed in (None: none), the headline (what the run
+    showed) and, where the system reports its prefix cache, the pages it held
+    after each step."""
 
     workload: Workload
     events: list[list[Event]]
@@ -38,6 +40,7 @@ class Timeline:
     cycle: dict | None
     marked_step: int | None
     headline: str
+    cached: list[tuple[tuple[int, ...], ...]] | None = None   # the prefix cache's pages after each step (if known)
 
 
 def statuses(run: Timeline) -> dict[str, list[str | None]]:
@@ -58,6 +61,37 @@ def statuses(run: Timeline) -> dict[str, list[str | None]]:
     return rows
 
 
+CACHE_ROWS_DRAWN = 12   # pages of the prefix cache drawn at most (those never computed first)
+COMPUTED, UNCOMPUTED = "computed", "not computed"
+CACHE_COLOURS = {COMPUTED: "#a1d99b", UNCOMPUTED: "#cb181d"}
+
+
+def cache_rows(run: Timeline, steps: int) -> list[tuple[str, list[str | None]]]:
+    """Per page the prefix cache held in the first `steps` steps (in the order
+    they were first cached): a label naming the request whose tokens it is (the
+    one that worked on it in that step, else the first) and its index, and per
+    step whether it was cached then and computed by then (`COMPUTED`,
+    `UNCOMPUTED`, None: not cached), as the `cached-page` rule judges it; those
+    never computed first, CACHE_ROWS_DRAWN at most."""
+    if not run.cached:
+        return []
+    bs = run.workload.config.block_size
+    view = TraceView(bs, keep_pages=True)
+    for spec in run.workload.requests:
+        view.submit(spec)
+    rows: dict[tuple[int, ...], tuple[str, list[str | None]]] = {}
+    for t, (events, pages) in enumerate(zip(run.events[:steps], run.cached[:steps], strict=False)):
+        view.fold([e for e in events if e.rid in view.requests])
+        for page in pages:
+            if page not in rows:
+                owners = sorted(view.requests.values(), key=lambda r: r.spec.rid not in view.worked)
+                owner = next((r.spec.rid for r in owners if r.content(len(page)) == page), "?")
+                rows[page] = (f"{owner} page {len(page) // bs - 1}", [None] * steps)
+            rows[page][1][t] = COMPUTED if hash(page) in view.computed_pages else UNCOMPUTED
+    ordered = sorted(rows.values(), key=lambda row: UNCOMPUTED not in row[1])   # (stable: first cached first)
+    return ordered[:CACHE_ROWS_DRAWN]
+
+
 def marked(run: Timeline, steps: int) -> list[tuple[float, str, str]]:
     """(where on the step axis, request, event kind) of each preemption and
     resumption in the first `steps` steps: marked even where the status after
@@ -66,6 +100,21 @@ def marked(run: Timeline, steps: int) -> list[tuple[float, str, str]]:
     requests = {r.rid for r in run.workload.requests}
     return [(t + MARKS[e.kind][0], e.rid, e.kind) for t, events in enumerate(run.events[:steps]) for e in events
             if e.kind in MARKS and e.rid in requests]
+
+
+def draw_cache(ax: object, pages: list[tuple[str, list[str | None]]]) -> None:
+    """The prefix cache's pages (`cache_rows`) as rows of the steps each was held."""
+    from matplotlib.patches import Patch
+
+    for k, (_, row) in enumerate(pages):
+        for t, state in enumerate(row):
+            if state is not None:
+                ax.barh(len(pages) - 1 - k, 1, left=t - 0.5, height=0.6, color=CACHE_COLOURS[state], linewidth=0)
+    ax.set_yticks(range(len(pages)), [label for label, _ in reversed(pages)], fontsize=8)
+    ax.set_ylim(-0.7, len(pages) - 0.3)
+    ax.set_ylabel("prefix cache\n(pages held)")
+    ax.legend(handles=[Patch(color=CACHE_COLOURS[s], label=f"cached, {s}") for s in (COMPUTED, UNCOMPUTED)],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
 
 
 def check_matplotlib(flag: str) -> None:
@@ -99,8 +148,13 @@ def draw(run: Timeline, path: Path | str) -> None:
     rows = statuses(run)
     y = {r.rid: len(requests) - 1 - k for k, r in enumerate(requests)}
     width = min(16.0, 7 + 0.06 * steps)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(width, 1.6 + 0.45 * len(requests) + 1.6), sharex=True,
-                                      gridspec_kw={"height_ratios": [max(2, len(requests)), 2]})
+    pages = cache_rows(run, steps)
+    heights = [max(2, len(requests)), *([max(1.5, 0.6 * len(pages))] if pages else []), 2]
+    fig, axes = plt.subplots(len(heights), 1, figsize=(width, 1.2 + 0.45 * sum(heights)), sharex=True,
+                             gridspec_kw={"height_ratios": heights})
+    top, bottom = axes[0], axes[-1]
+    if pages:
+        draw_cache(axes[1], pages)
     for rid, row in rows.items():
         for t, status in enumerate(row[:steps]):
             if status is not None:
@@ -128,11 +182,11 @@ def draw(run: Timeline, path: Path | str) -> None:
     bottom.set_ylabel(f"KV blocks held\n(of {cfg.num_blocks})")
     bottom.set_xlabel("step")
     if run.marked_step is not None and run.marked_step < steps:
-        for ax in (top, bottom):
+        for ax in axes:
             ax.axvline(run.marked_step, color="#cb181d", linestyle="--", linewidth=1)
     if run.cycle:
         start, length = run.cycle["start"], run.cycle["length"]
-        for ax in (top, bottom):
+        for ax in axes:
             ax.axvspan(start - 0.5, min(steps, start + length) - 0.5, color="#cb181d", alpha=0.12, linewidth=0)
             ax.axvspan(start + length - 0.5, steps - 0.5, color="#cb181d", alpha=0.05, linewidth=0)
     top.set_yticks([y[r.rid] for r in requests],

@@ -582,6 +582,20 @@ def test_a_timeline_row_is_the_status_after_each_step_and_marks_what_the_status_
     assert marked(run, 1) == []
 
 
+def test_a_timeline_shows_the_prefix_cache_pages_and_which_were_never_computed() -> None:
+    from loopcheck.model.events import Event
+    from loopcheck.timeline import COMPUTED, UNCOMPUTED, Timeline, cache_rows
+
+    w = workload(req("a", 4, 2))   # (a prompt of 4 tokens, pages of 2)
+    prompt = w.requests[0].prompt
+    steps = [[Event("arrive", "a"), Event("admit", "a", (0,)), Event("prefill", "a", (0, 2, 1))],
+             [Event("prefill", "a", (2, 3, 1))], []]
+    cached = [(prompt[:2],), (prompt[:2], prompt[:4]), ()]   # (page 1 registered before its last position ran)
+    run = Timeline(w, steps, [1, 2, 0], None, None, "", cached)
+    assert cache_rows(run, 3) == [("a page 1", [None, UNCOMPUTED, None]), ("a page 0", [COMPUTED, COMPUTED, None])]
+    assert cache_rows(replace(run, cached=None), 3) == []
+
+
 def test_a_timeline_names_the_preemption_policy_only_for_a_system_with_loopchecks_semantics() -> None:
     """The policy (guarded or unguarded) is a rule of loopcheck's semantics: the
     headline of another system's timeline does not name one."""
