@@ -13,7 +13,7 @@ and the clock LMDeploy's scheduling modules order by, for determinism. One loopc
 step is one turn of `EngineLoop.main_loop`; a forward is reported when answered.
 The config mapping (block_size pinned to 16, upfront allocation pinned for its
 looser bound, max_num_batched_tokens as the prefill budget) and the reasons are in
-docs/checking.md, "LMDeploy".
+docs/engines/lmdeploy.md.
 """
 
 from __future__ import annotations

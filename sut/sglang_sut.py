@@ -14,7 +14,7 @@ channels and idle sleeper (sockets: outputs are read from the scheduler's own
 request objects), the start-up timing summary (it reads load times), and the
 process-group set-up (one rank). One loopcheck step is one turn of
 `Scheduler.event_loop_normal`. The config mapping and what is pinned are in
-docs/checking.md, "SGLang".
+docs/engines/sglang.md.
 """
 
 from __future__ import annotations
