@@ -25,6 +25,7 @@ import logging
 import os
 import sys
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -101,17 +102,18 @@ def _one_rank() -> None:
                                            for name, declared in _derived_widths().items() if not declared.fn})
 
 
-# the server-args override in force (one per process) with its fields and the arguments it published
-_SERVER_ARGS: tuple[dict[str, Any], Any, Any] | None = None
+PUBLISHED_KEPT = 8   # server-argument sets kept published per process (an exploration alternates a few configs)
+# the published state of each server-argument set (its fields as a key): what SGLang's override_server_args
+# publishes, and its `restore` sets back (runtime_context.py, `_ServerArgsOverride`), most recently used last
+_PUBLISHED: OrderedDict[tuple, tuple[Any, ...]] = OrderedDict()
 
 
 def _server_args(cfg: Config) -> Any:
     """SGLang's server arguments for `cfg`, published as SGLang's tests publish
-    them (`override_server_args`), replacing the previous system's; when the
-    previous system's fields were the same, its published arguments are kept
-    (publishing costs more than building the scheduler, and a scheduler only
-    reads them)."""
-    global _SERVER_ARGS
+    them (`override_server_args`). Publishing costs more than building the
+    scheduler, so the published state of the last PUBLISHED_KEPT sets is kept
+    and set back, as the override's own `restore` sets it, when a system of
+    the same set is built again (a scheduler only reads them)."""
     from sglang.srt.runtime_context import get_context
 
     fields = dict(
@@ -121,13 +123,18 @@ def _server_args(cfg: Config) -> Any:
         enable_mixed_chunk=cfg.execution == "mixed", disable_radix_cache=not cfg.prefix_caching,
         enable_priority_scheduling=cfg.priority_preemption, schedule_low_priority_values_first=True,
         priority_scheduling_preemption_threshold=0, schedule_policy="fcfs", random_seed=0)
-    if _SERVER_ARGS is not None:
-        if _SERVER_ARGS[0] == fields:
-            return _SERVER_ARGS[2]
-        _SERVER_ARGS[1].restore()
-    override = get_context().override_server_args(**fields)
-    _SERVER_ARGS = (fields, override, override.install())
-    return _SERVER_ARGS[2]
+    key = tuple(sorted(fields.items()))
+    ctx = get_context()
+    if key not in _PUBLISHED:
+        get_context().override_server_args(**fields).install()
+        if len(_PUBLISHED) >= PUBLISHED_KEPT:
+            _PUBLISHED.popitem(last=False)
+        _PUBLISHED[key] = (ctx._server_args, ctx._config_bags, ctx._overrides_log, ctx._publish_role,
+                           ctx.parallel._config, ctx.flags.capture.enable_torch_compile)
+    _PUBLISHED.move_to_end(key)
+    (ctx._server_args, ctx._config_bags, ctx._overrides_log, ctx._publish_role, ctx.parallel._config,
+     ctx.flags.capture.enable_torch_compile) = _PUBLISHED[key]
+    return ctx._server_args
 
 
 @functools.cache
