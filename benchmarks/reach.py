@@ -11,14 +11,16 @@ Explore runs the whole scope with --keep-going (every workload, past findings);
 the fuzz campaigns get the seconds the exploration took.
 
 Usage: python -m benchmarks.reach [--systems vllm,sglang,lmdeploy,minisched] [--scope small] [--workers 2]
-                                  [--seed 1] [--list 10]
+                                  [--seed 1] [--list 10] [--save JSON]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -131,8 +133,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="processes on each side (default 2)")
     parser.add_argument("--seed", type=int, default=1, help="the fuzz campaigns' seed (each worker's derived)")
     parser.add_argument("--list", type=int, default=10, help="functions listed that only one side ran")
+    parser.add_argument("--save", type=Path, metavar="JSON",
+                        help="write, per system, the functions each side ran (file:function -> edges taken)")
     args = parser.parse_args()
-    rows, only = [], []
+    rows, only, saved = [], [], {}
     for name in args.systems.split(","):
         figures, explored, fuzzed = reach(SYSTEMS.get(name, name), args.scope, args.workers, args.seed)
         every = explored | fuzzed
@@ -144,7 +148,11 @@ def main() -> None:
                      f"{len(branches_e)}/{len(branches_f)}", f"{len(funcs_e)}/{len(funcs_f)}"])
         only.append(f"{name}: run by explore only: {', '.join(sorted(funcs_e - funcs_f)[:args.list]) or 'none'}; "
                     f"by fuzz only: {', '.join(sorted(funcs_f - funcs_e)[:args.list]) or 'none'}")
+        saved[name] = {side: dict(sorted(Counter(function_of(edge) for edge in edges).items()))
+                       for side, edges in (("explore", explored), ("fuzz", fuzzed))}
         print(f"  {name}: done", flush=True)
+    if args.save:
+        args.save.write_text(json.dumps(saved, indent=1))
     print(table(["system", "scope", "explore: transitions", "wall s", "fuzz: examples", "wall s", "edges explore",
                  "edges fuzz", "both", "explore only", "fuzz only", "branch edges e/f", "functions e/f"], rows))
     print("\n".join(only))
