@@ -21,7 +21,6 @@ import json
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -121,10 +120,6 @@ def reach(adapter: str, scope: str, workers: int, seed: int) -> tuple[dict[str, 
     return figures, explored, fuzzed
 
 
-def names(edges: Iterable[Edge]) -> set[str]:
-    return {function_of(edge) for edge in edges}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--systems", default="vllm,sglang,lmdeploy,minisched",
@@ -141,14 +136,15 @@ def main() -> None:
         figures, explored, fuzzed = reach(SYSTEMS.get(name, name), args.scope, args.workers, args.seed)
         every = explored | fuzzed
         branches_e, branches_f = branch_edges(explored, every), branch_edges(fuzzed, every)
-        funcs_e, funcs_f = names(explored), names(fuzzed)
+        function = {edge: function_of(edge) for edge in every}   # (each edge's function, looked up once)
+        funcs_e, funcs_f = {function[e] for e in explored}, {function[e] for e in fuzzed}
         rows.append([name, args.scope, f"{figures['transitions']:,}", f"{figures['explore s']:.0f}",
                      f"{figures['examples']:,}", f"{figures['fuzz s']:.0f}", len(explored), len(fuzzed),
                      len(explored & fuzzed), len(explored - fuzzed), len(fuzzed - explored),
                      f"{len(branches_e)}/{len(branches_f)}", f"{len(funcs_e)}/{len(funcs_f)}"])
         only.append(f"{name}: run by explore only: {', '.join(sorted(funcs_e - funcs_f)[:args.list]) or 'none'}; "
                     f"by fuzz only: {', '.join(sorted(funcs_f - funcs_e)[:args.list]) or 'none'}")
-        saved[name] = {side: dict(sorted(Counter(function_of(edge) for edge in edges).items()))
+        saved[name] = {side: dict(sorted(Counter(function[edge] for edge in edges).items()))
                        for side, edges in (("explore", explored), ("fuzz", fuzzed))}
         print(f"  {name}: done", flush=True)
     if args.save:

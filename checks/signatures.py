@@ -126,20 +126,21 @@ def parsed(signature: str) -> tuple[str, str, str]:
     return prop, rule, ""
 
 
-def current(entry: str, where: str = "--ignore") -> str:
-    """`entry` (a property or a signature) as this loopcheck names it: a
-    signature by line of an older one is translated, with a warning on stderr
-    naming the new one; WorkloadError for one it cannot translate."""
+def current(entry: str, read_in: str = "--ignore") -> str:
+    """`entry` (a property or a signature, read in `read_in`: a flag or a file)
+    as this loopcheck names it: a signature by line of an older one is
+    translated, with a warning on stderr naming the new one; WorkloadError for
+    one it cannot translate."""
     new = BY_LINE.get(entry)
     if new is None and _OLD_CHECK.match(entry):
-        raise WorkloadError(f"{where}: {entry!r} is a signature by line of an older loopcheck that this one does "
+        raise WorkloadError(f"{read_in}: {entry!r} is a signature by line of an older loopcheck that this one does "
                             "not know; name the rule instead (docs/checking.md lists every rule)")
     old_place = _OLD_PLACE.match(entry)
     if new is None and old_place:
         prop, file, line, kind = old_place.groups()
         function = _installed_function(file, int(line))
         if function is None:
-            raise WorkloadError(f"{where}: {entry!r} is a signature by line of an older loopcheck, and no installed "
+            raise WorkloadError(f"{read_in}: {entry!r} is a signature by line of an older loopcheck, and no installed "
                                 f"file {file} has a function at line {line}; name the function instead "
                                 f"({prop}@FILE:FUNCTION{':TYPE' if prop == 'crash' else ''})")
         new = f"{prop}@{file}:{function}{kind}"
@@ -147,7 +148,7 @@ def current(entry: str, where: str = "--ignore") -> str:
         return entry
     if entry not in _warned:
         _warned.add(entry)
-        print(f"loopcheck: warning: {where}: {entry} is a signature by line of an older loopcheck; it is now "
+        print(f"loopcheck: warning: {read_in}: {entry} is a signature by line of an older loopcheck; it is now "
               f"{new}", file=sys.stderr)
     return new
 

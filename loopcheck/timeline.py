@@ -20,7 +20,8 @@ from loopcheck.model.workload import Workload
 from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, WAITING, TraceView
 
 COLOURS = {WAITING: "#d9d9d9", RUNNING: "#9ecae1", PREEMPTED: "#fdae6b"}
-# per event kind, where in its step its marker goes (a preemption to the left, a resumption to the right) and it
+# per event kind, where in its step its marker goes (a preemption to the left, a resumption to the right) and
+# how it is drawn
 MARKS = {"preempt": (-0.25, {"marker": "x", "markersize": 6, "color": "#a63603"}),
          "resume": (0.25, {"marker": "^", "markersize": 5, "color": "#6a51a3"})}
 MAX_STEPS_DRAWN = 400   # a longer run is drawn up to its cycle's second repetition, or cut here

@@ -126,7 +126,7 @@ def _server_args(cfg: Config) -> Any:
     key = tuple(sorted(fields.items()))
     ctx = get_context()
     if key not in _PUBLISHED:
-        get_context().override_server_args(**fields).install()
+        ctx.override_server_args(**fields).install()
         if len(_PUBLISHED) >= PUBLISHED_KEPT:
             _PUBLISHED.popitem(last=False)
         _PUBLISHED[key] = (ctx._server_args, ctx._config_bags, ctx._overrides_log, ctx._publish_role,
