@@ -40,10 +40,10 @@ class GuardedFutility(Check):
             return
         view, bs = driver.view, driver.cfg.block_size
         before = view.before
-        futile = [e for e in turn_preemptions(events, before) if e.args[0] not in came_in]
+        futile = [e for e in turn_preemptions(events, before) if e.by not in came_in]
         running = {rid for rid, status in before.items() if status == RUNNING} | came_in
         for e in futile:
-            by = e.args[0]
+            by = e.by
             head = view.requests[by].spec.prompt[:bs]
             sharers = [rid for rid in running - {by, e.rid}
                        if len(view.requests[rid].spec.prompt) >= bs and view.requests[rid].spec.prompt[:bs] == head]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from loopcheck.checks.base import Check, Violation
 from loopcheck.checks.needs import lifetime_blocks
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event
+from loopcheck.model.events import Event, Finish, Preempt, Prefill, Resume, Token
 from loopcheck.sut.protocol import Capabilities, Observation
 from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, SUBMITTED, WAITING
 
@@ -48,19 +48,19 @@ class Lifecycle(Check):
         for e in events:
             r = view.requests[e.rid]
             spec = r.spec
-            if e.kind == "token" and r.generated > spec.max_tokens:
+            if isinstance(e, Token) and r.generated > spec.max_tokens:
                 raise Violation("lifecycle", f"{e.rid} has {r.generated} tokens, max_tokens is {spec.max_tokens}",
                                 rule="past-max-tokens")
-            if e.kind == "finish" and e.args[0] == "length" and r.generated != spec.max_tokens:
+            if isinstance(e, Finish) and e.reason == "length" and r.generated != spec.max_tokens:
                 raise Violation("lifecycle", f"{e.rid} finished for length with {r.generated} of "
                                              f"{spec.max_tokens} tokens", rule="length-short")
-            if e.kind == "token" and spec.stop_token is not None and e.args[1] == spec.stop_token and not any(
+            if isinstance(e, Token) and spec.stop_token is not None and e.token_id == spec.stop_token and not any(
                     x.kind == "finish" and x.rid == e.rid for x in events):
                 raise Violation("lifecycle", f"{e.rid} generated its stop token {spec.stop_token} and did not "
                                              "finish", rule="stop-not-finished")
-            if e.kind == "finish" and e.args[0] == "stop":
-                last = [x for x in events if x.kind == "token" and x.rid == e.rid]
-                if spec.stop_token is None or not last or last[-1].args[1] != spec.stop_token:
+            if isinstance(e, Finish) and e.reason == "stop":
+                last = [x for x in events if isinstance(x, Token) and x.rid == e.rid]
+                if spec.stop_token is None or not last or last[-1].token_id != spec.stop_token:
                     raise Violation("lifecycle", f"{e.rid} finished for stop without its stop token",
                                     rule="stop-without-token")
 
@@ -104,9 +104,9 @@ class Work(Check):
                 raise Violation("work", f"{e} after {ran} in the same step: a request is in a step's batch once "
                                         "(a prefill chunk, then at most the token it samples, or one decode)",
                                 rule="twice-in-step")
-            if e.kind == "prefill":
+            if isinstance(e, Prefill):
                 worked[e.rid] = e
-                start, end, _ = e.args
+                start, end = e.start, e.end
                 known = len(view.requests[e.rid].spec.prompt) + tokens
                 if not 0 <= start < end <= known:
                     raise Violation("work", f"{e}: positions {start}..{end} of {e.rid}, which has {known} "
@@ -116,8 +116,8 @@ class Work(Check):
                     raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
                                             f"reach only {reach}, so positions {reach}..{start} were skipped",
                                     rule="prefill-skipped")
-            elif e.kind == "token":
-                index, _, depth = e.args
+            elif isinstance(e, Token):
+                index, depth = e.index, e.exit_depth
                 if index != tokens:
                     raise Violation("work", f"{e}: token {index} of {e.rid}, which has {tokens} tokens so far",
                                     rule="token-index")
@@ -136,10 +136,10 @@ class Work(Check):
             elif e.kind in ("admit", "resume", "preempt", "rewind", "finish"):
                 self.in_flight.pop(e.rid, None)
                 kept = self.kept.pop(e.rid, 0)
-                if e.kind == "preempt" and e.args[1]:
+                if isinstance(e, Preempt) and e.keeps_tokens:
                     self.kept[e.rid] = reach or 0
-                elif e.kind == "resume" and e.args[1] > max(0, kept - e.args[0] * driver.cfg.block_size):
-                    raise Violation("work", f"{e}: {e.rid} restores {e.args[1]} positions past its hit pages, but "
+                elif isinstance(e, Resume) and e.restored > max(0, kept - e.hit_pages * driver.cfg.block_size):
+                    raise Violation("work", f"{e}: {e.rid} restores {e.restored} positions past its hit pages, but "
                                             f"its preemption kept {kept} in a snapshot", rule="restore-past-snapshot")
 
     def _unfinished_chunk(self, e: Event, loops: int) -> Violation:
@@ -148,11 +148,11 @@ class Work(Check):
         return Violation("work", f"{e}: {e.rid}'s chunk {start}..{end} has run {depth} of {loops} depths",
                          rule="chunk-depths")
 
-    def _depth_order(self, e: Event, wcpb: bool, loops: int) -> None:
+    def _depth_order(self, e: Prefill, wcpb: bool, loops: int) -> None:
         """A prefill's depth: without WCPB, num_loops (the chunk runs every depth
         at once); with it, 1 for a new chunk, else one more than its chunk's last,
         and no other chunk of the request starts before its chunk ran num_loops."""
-        start, end, depth = e.args
+        start, end, depth = e.start, e.end, e.depth
         if not wcpb:
             expected = loops
         elif e.rid not in self.in_flight:
@@ -191,7 +191,7 @@ class Aborts(Check):
     def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
         if not self.aborted:
             return
-        reasons = {e.rid: e.args[0] for e in events if e.kind == "finish"}
+        reasons = {e.rid: e.reason for e in events if isinstance(e, Finish)}
         for rid in self.aborted:
             status = driver.view.requests[rid].status
             if status != FINISHED:
@@ -251,9 +251,9 @@ class PromptOnly(Check):
             prompt = len(spec.prompt)
             if e.kind in ("admit", "resume", "preempt", "rewind"):
                 self.computed[e.rid] = False
-            elif e.kind == "prefill":
-                self.computed[e.rid] = e.args[1] >= prompt and e.args[2] == driver.cfg.num_loops
-            elif e.kind == "finish" and e.args[0] == "length" and not self.computed.get(e.rid, False):
+            elif isinstance(e, Prefill):
+                self.computed[e.rid] = e.end >= prompt and e.depth == driver.cfg.num_loops
+            elif isinstance(e, Finish) and e.reason == "length" and not self.computed.get(e.rid, False):
                 raise Violation("work", f"{e}: {e.rid} has max_tokens 0 and finished for length before its prompt "
                                         f"({prompt} positions) was computed at every depth", rule="prompt-not-computed")
 

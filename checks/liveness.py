@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from loopcheck.checks.base import Check, Violation
 from loopcheck.checks.needs import admission_blocks, lifetime_blocks, never_fits
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event
+from loopcheck.model.events import Event, Finish, Preempt
 from loopcheck.sut.protocol import Capabilities, Observation
 from loopcheck.sut.view import FINISHED, PREEMPTED, WAITING
 
@@ -77,7 +77,7 @@ class NeverFitRejected(Check):
         cfg = driver.cfg
         for e in events:
             spec = driver.view.requests[e.rid].spec
-            if e.kind == "finish" and e.args[0] == "rejected" and not never_fits(spec, cfg):
+            if isinstance(e, Finish) and e.reason == "rejected" and not never_fits(spec, cfg):
                 raise Violation("fit-rejected", f"{e.rid} was rejected although it needs "
                                                 f"{lifetime_blocks(spec, cfg)} of {cfg.num_blocks} blocks")
         for rid, t in list(self.submitted.items()):
@@ -152,7 +152,7 @@ class PriorityVictims(Check):
             return
         requests = driver.view.requests
         for e in events:
-            by = e.args[0] if e.kind == "preempt" else None
+            by = e.by if isinstance(e, Preempt) else None
             if by is not None and requests[by].spec.priority > requests[e.rid].spec.priority:
                 raise Violation("priority-victim", f"{e}: {e.rid} (priority {requests[e.rid].spec.priority}) was "
                                                    f"preempted for less urgent {by} (priority "

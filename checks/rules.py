@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from loopcheck.checks.base import Check, Violation
 from loopcheck.checks.needs import lifetime_blocks
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event
+from loopcheck.model.events import Event, Preempt
 from loopcheck.sut.protocol import Capabilities, Internals, Observation
 from loopcheck.sut.view import AFTER, PREEMPTED, RUNNING, SUBMITTED, WAITING
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 QUEUED = (WAITING, PREEMPTED)
 
 
-def turn_preemptions(events: list[Event], before: dict[str, str]) -> list[Event]:
+def turn_preemptions(events: list[Event], before: dict[str, str]) -> list[Preempt]:
     """The preemptions a step's waiting or preempted requests made on their turn
     (not a running request growing into pages): those whose requester, by the
     events so far in the step, is not running (a request preempted earlier in the
@@ -29,7 +29,7 @@ def turn_preemptions(events: list[Event], before: dict[str, str]) -> list[Event]
     status = dict(before)
     out = []
     for e in events:
-        if e.kind == "preempt" and e.args[0] != e.rid and status.get(e.args[0], SUBMITTED) != RUNNING:
+        if isinstance(e, Preempt) and e.by != e.rid and status.get(e.by, SUBMITTED) != RUNNING:
             out.append(e)
         status[e.rid] = AFTER.get(e.kind, status.get(e.rid, SUBMITTED))
     return out
@@ -101,7 +101,7 @@ class DocumentedRules(Check):
 
     @staticmethod
     def _one_victim_per_turn(events: list[Event], before: dict[str, str]) -> None:
-        turns = Counter(e.args[0] for e in turn_preemptions(events, before))
+        turns = Counter(e.by for e in turn_preemptions(events, before))
         for by, count in turns.items():
             if count > 1:
                 raise Violation("one-victim", f"{by} preempted {count} requests in one step; a waiting request "
@@ -124,7 +124,7 @@ class DocumentedRules(Check):
         exact_blocks = cfg.allocation == "upfront" and not cfg.prefix_caching
         status = dict(before)
         for e in events:
-            by = e.args[0] if e.kind == "preempt" else None
+            by = e.by if isinstance(e, Preempt) else None
             if by is not None and by in spec:
                 running = [rid for rid, s in status.items() if s == RUNNING and rid != by]
                 if status.get(by) == RUNNING:
@@ -148,7 +148,7 @@ class DocumentedRules(Check):
     def _fold_bypasses(self, driver: Driver, events: list[Event], before: dict[str, str]) -> None:
         view, limit = driver.view, driver.cfg.max_bypasses
         came_in = {e.rid for e in events if e.kind in ("admit", "resume")}
-        self_preempted = {e.rid for e in events if e.kind == "preempt" and e.args[0] == e.rid}
+        self_preempted = {e.rid for e in events if isinstance(e, Preempt) and e.by == e.rid}
         skipped = sorted((view.requests[rid].spec.key, rid) for rid, r in view.open.items()
                          if r.status in QUEUED and rid not in came_in and rid not in self_preempted)
         for rid in came_in:
@@ -168,7 +168,7 @@ class DocumentedRules(Check):
     def _guard(events: list[Event], before: dict[str, str], old: frozenset[tuple[str, int]],
                new: frozenset[tuple[str, int]], cfg: Config) -> None:
         came_in = {e.rid for e in events if e.kind in ("admit", "resume")}
-        futile = {e.args[0] for e in turn_preemptions(events, before) if e.args[0] not in came_in}
+        futile = {e.by for e in turn_preemptions(events, before) if e.by not in came_in}
         added = Counter(rid for rid, _ in new - old)
         guarded = cfg.priority_preemption and cfg.preemption_policy == "guarded"
         for rid in sorted(futile):

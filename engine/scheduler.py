@@ -15,7 +15,20 @@ from loopcheck.engine.kv_cache import BlockPool, Page, prefix_key
 from loopcheck.engine.runner import Sampled
 from loopcheck.engine.sequence import FINISHED, PREEMPTED, RUNNING, WAITING, Sequence, WorkItem
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event
+from loopcheck.model.events import (
+    Abort,
+    Admit,
+    Arrive,
+    Event,
+    Finish,
+    Preempt,
+    Prefill,
+    Publish,
+    Reject,
+    Resume,
+    Rewind,
+    Token,
+)
 
 
 @dataclass
@@ -46,8 +59,8 @@ class Scheduler:
         self.events: list[Event] = []
 
     # ----- bookkeeping ------------------------------------------------------------
-    def emit(self, kind: str, seq: Sequence, *args: object) -> None:
-        self.events.append(Event(kind, seq.rid, tuple(args)))
+    def emit(self, kind: type[Event], seq: Sequence, *fields: object) -> None:
+        self.events.append(kind(seq.rid, *fields))
 
     def lifetime_pages(self, seq: Sequence) -> int:
         written = seq.prompt_len + max(seq.spec.max_tokens, 1) - 1   # a prompt-only request writes its prompt
@@ -72,21 +85,21 @@ class Scheduler:
         seq.status, seq.finish_reason = FINISHED, reason
         seq.snapshot = seq.hidden = None
         seq.chunk_end, seq.chunk_depth = seq.frontier, 0
-        self.emit("finish", seq, reason)
+        self.emit(Finish, seq, reason)
 
     # ----- step phase 1 -----------------------------------------------------------
     def admit_arrivals(self) -> None:
         for seq in self.arrived:
-            self.emit("arrive", seq)
+            self.emit(Arrive, seq)
             need = self.lifetime_pages(seq) * self.pool.planes
             if need > self.cfg.num_blocks:
-                self.emit("reject", seq, f"needs {need} blocks, pool has {self.cfg.num_blocks}")
+                self.emit(Reject, seq, f"needs {need} blocks, pool has {self.cfg.num_blocks}")
                 seq.status, seq.finish_reason = FINISHED, "rejected"
-                self.emit("finish", seq, "rejected")
+                self.emit(Finish, seq, "rejected")
         self.arrived = []
         for seq in self.seqs:
             if seq.rid in self.abort_requests and seq.status != FINISHED:
-                self.emit("abort", seq)
+                self.emit(Abort, seq)
                 self.end(seq, "abort")
         self.abort_requests = set()
 
@@ -152,7 +165,7 @@ class Scheduler:
 
     def preempt(self, victim: Sequence, for_seq: Sequence) -> None:
         if victim.chunk_end > victim.frontier:
-            self.emit("rewind", victim, victim.frontier)
+            self.emit(Rewind, victim, victim.frontier)
             victim.chunk_end, victim.chunk_depth, victim.hidden = victim.frontier, 0, None
         if self.cfg.snapshots:
             self.offload(victim)
@@ -161,7 +174,7 @@ class Scheduler:
             victim.frontier = victim.chunk_end = 0
             victim.token_ids, victim.exit_depths, victim.fingerprint = [], [], ""
         victim.status = PREEMPTED
-        self.emit("preempt", victim, for_seq.rid, self.cfg.snapshots)
+        self.emit(Preempt, victim, for_seq.rid, self.cfg.snapshots)
 
     def hit_keys(self, seq: Sequence, pending: frozenset[bytes] | set[bytes] = frozenset()) -> list[bytes]:
         if not self.cfg.prefix_caching:
@@ -266,11 +279,11 @@ class Scheduler:
         seq.status, seq.bypasses = RUNNING, 0
         self.guard = {g for g in self.guard if g[0] != seq.rid}
         if fresh:
-            self.emit("admit", seq, len(adm.keys))
+            self.emit(Admit, seq, len(adm.keys))
             for other in self.passed_over:
                 other.bypasses += 1
         else:
-            self.emit("resume", seq, len(adm.keys), restored)
+            self.emit(Resume, seq, len(adm.keys), restored)
         if adm.kind == "prefill":
             seq.chunk_end = adm.end
         self.enqueue(seq, adm.kind, adm.start, adm.end, adm.cost)
@@ -281,13 +294,13 @@ class Scheduler:
         produced if any, then publish and finish."""
         seq, L = item.seq, self.cfg.num_loops
         if item.kind == "prefill":
-            self.emit("prefill", seq, item.start, item.end, item.last_depth)
+            self.emit(Prefill, seq, item.start, item.end, item.last_depth)
             if item.last_depth == L:
                 seq.frontier, seq.chunk_depth = item.end, 0
             else:
                 seq.chunk_depth = item.last_depth
         if token is not None:
-            self.emit("token", seq, seq.generated, token.token_id, token.exit_depth)
+            self.emit(Token, seq, seq.generated, token.token_id, token.exit_depth)
             seq.token_ids.append(token.token_id)
             seq.exit_depths.append(token.exit_depth)
             seq.fingerprint = hashlib.sha256(seq.fingerprint.encode() + token.logit_bits).hexdigest()
@@ -307,7 +320,7 @@ class Scheduler:
         limit = min(seq.frontier, seq.prompt_len) // self.cfg.block_size
         for i, page in enumerate(seq.pages[:limit]):
             if page.key is None and self.pool.publish(page, self.key_of(seq, i)):
-                self.emit("publish", seq, i)
+                self.emit(Publish, seq, i)
 
     def held_pages(self) -> list[Page]:
         return [p for s in self.seqs for p in s.pages]

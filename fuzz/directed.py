@@ -27,6 +27,7 @@ from loopcheck.fuzz.hypothesis_constants import no_local_constants
 from loopcheck.fuzz.shrink import with_request
 from loopcheck.fuzz.strategies import DEFAULT_SHAPE, OFF, ON, VOCAB, Shape, workloads
 from loopcheck.model.config import Config
+from loopcheck.model.events import Preempt, Resume
 from loopcheck.model.reference import never_fits
 from loopcheck.model.simulate import model_steps
 from loopcheck.model.state import PREEMPTED, RUNNING, WAITING, SchedState
@@ -72,8 +73,8 @@ def windows_of(w: Workload) -> tuple[Counter, Moments]:
         holders = dict(before.cache)
         for e in events:
             i = rid[e.rid]
-            if e.kind == "preempt" and before.reqs[rid[e.args[0]]].status != RUNNING:   # for a waiting request
-                by = rid[e.args[0]]
+            if isinstance(e, Preempt) and before.reqs[rid[e.by]].status != RUNNING:   # for a waiting request
+                by = rid[e.by]
                 opened["preempt+futile"] += by not in came_in
                 opened["preempt+again"] += i in ever_preempted
                 opened["guard+after-clear"] += by in cleared
@@ -86,7 +87,7 @@ def windows_of(w: Workload) -> tuple[Counter, Moments]:
                                                                             key=lambda j: w.requests[j].key)
             elif e.kind == "abort" and before.reqs[i].status == PREEMPTED:
                 opened["abort+preempted"] += 1
-            elif e.kind == "resume" and e.args[1] > 0:
+            elif isinstance(e, Resume) and e.restored > 0:
                 opened["resume+restore"] += 1
         opened["guard+recorded"] += len(after.guard - before.guard)
         opened["guard+held"] += sum(1 for i, budget in before.guard

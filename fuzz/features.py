@@ -14,7 +14,7 @@ import itertools
 from collections import Counter
 from collections.abc import Hashable
 
-from loopcheck.model.events import Event
+from loopcheck.model.events import Admit, Event, Finish, Preempt, Prefill, Resume
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.coverage import Edge
 
@@ -144,8 +144,8 @@ class TraceFeatures:
 
     def _request_event(self, e: Event) -> None:
         found, rid = self.found, e.rid
-        if e.kind in ("admit", "resume"):
-            hits = e.args[0]
+        if isinstance(e, (Admit, Resume)):
+            hits = e.hit_pages
             self.came_in[rid] = next(self.comings)
             self.prompt_done[rid] = hits * self.block_size
             if e.kind == "resume":
@@ -158,25 +158,25 @@ class TraceFeatures:
                     if owner is not None and owner != rid:
                         found.add(("hit-page-of", e.kind, self.status.get(owner)))
             self.status[rid] = "running"
-        elif e.kind == "preempt":
+        elif isinstance(e, Preempt):
             self.preempted[rid] += 1
             self.status[rid] = "preempted"
-            by = e.args[0]
+            by = e.by
             found.add(("preempted", bucket(self.preempted[rid]), by == rid, self.last.get(rid)))
             if by != rid:
                 found.add(("preempt-of", self.phase(rid), self.phase(by), *self.relation(rid, by), self.reach(rid)))
             self.prompt_done[rid] = 0
         elif e.kind in WORK:
             self.status[rid] = "running"
-            if e.kind == "prefill":
+            if isinstance(e, Prefill):
                 prompt = self.specs[rid].prompt
-                self.prompt_done[rid] = max(self.prompt_done.get(rid, 0), e.args[1])
-                self.chunk[rid] = e.args[1] - e.args[0]
-                for end in range(self.block_size, min(e.args[1], len(prompt)) + 1, self.block_size):
+                self.prompt_done[rid] = max(self.prompt_done.get(rid, 0), e.end)
+                self.chunk[rid] = e.end - e.start
+                for end in range(self.block_size, min(e.end, len(prompt)) + 1, self.block_size):
                     self.first_holder.setdefault(prompt[:end], rid)
-        elif e.kind == "finish":
+        elif isinstance(e, Finish):
             self.status[rid] = "finished"
-            found.add(("finish", e.args[0], bucket(self.preempted[rid])))
+            found.add(("finish", e.reason, bucket(self.preempted[rid])))
         elif e.kind in ("abort", "reject"):
             found.add((e.kind, self.status.get(rid)))
 

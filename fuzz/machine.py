@@ -32,7 +32,7 @@ from loopcheck.fuzz.shrink import separated
 from loopcheck.fuzz.strategies import DEFAULT_SHAPE, VOCAB, Shape, request_bodies
 from loopcheck.model.config import Config
 from loopcheck.model.errors import StopRequest, WorkloadError
-from loopcheck.model.events import Event
+from loopcheck.model.events import Admit, Event, Finish, Preempt, Resume
 from loopcheck.model.workload import RequestSpec, Workload
 from loopcheck.report import Ticker
 from loopcheck.sut.coverage import Edge, EdgeCoverage
@@ -89,8 +89,8 @@ class Stats:
         came_in = {e.rid for e in events if e.kind in ("admit", "resume")}
         out = []
         for e in events:
-            if e.kind == "preempt":
-                if e.args[0] != e.rid and e.args[0] not in came_in:
+            if isinstance(e, Preempt):
+                if e.by != e.rid and e.by not in came_in:
                     out.append("preempt+futile")
                 if e.rid in self.ever_preempted:
                     out.append("preempt+again")
@@ -151,14 +151,14 @@ class Stats:
             self.ticker()
         for e in events:
             name = e.kind
-            if e.kind in ("admit", "resume") and e.args[0] > 0:
+            if isinstance(e, (Admit, Resume)) and e.hit_pages > 0:
                 name += "+prefix-hit"
-            elif e.kind == "resume" and e.args[1] > 0:
+            elif isinstance(e, Resume) and e.restored > 0:
                 name += "+snapshot-restore"
-            elif e.kind == "preempt":
-                name += "+self" if e.args[0] == e.rid else ("+snapshot" if e.args[1] else "+restart")
-            elif e.kind == "finish":
-                name += f"({e.args[0]})"
+            elif isinstance(e, Preempt):
+                name += "+self" if e.by == e.rid else ("+snapshot" if e.keeps_tokens else "+restart")
+            elif isinstance(e, Finish):
+                name += f"({e.reason})"
             self.branches[name] += 1
         for name in self.rare_branches(events):
             self.branches[name] += 1

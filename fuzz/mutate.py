@@ -23,7 +23,7 @@ from typing import Any
 from loopcheck.fuzz.shrink import shifted, with_request
 from loopcheck.fuzz.strategies import OFF, ON, VOCAB, Shape
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.events import Event
+from loopcheck.model.events import Event, Preempt, Prefill
 from loopcheck.model.reference import never_fits, total_pages
 from loopcheck.model.workload import RequestSpec, Workload
 
@@ -312,14 +312,14 @@ class RunNotes:
         mid_prompt, preemptions, mid_prompt_preemptions = [], [], []
         for t, events in enumerate(trace):
             for e in events:
-                if e.kind == "prefill":
-                    prefills.setdefault(e.rid, []).append((e.args[0], e.args[1]))
-                    if e.args[1] < lengths.get(e.rid, 0):
+                if isinstance(e, Prefill):
+                    prefills.setdefault(e.rid, []).append((e.start, e.end))
+                    if e.end < lengths.get(e.rid, 0):
                         mid_prompt.append((t, e.rid))
-                elif e.kind == "preempt":
-                    preemptions.append((t, e.rid, e.args[0]))
+                elif isinstance(e, Preempt):
+                    preemptions.append((t, e.rid, e.by))
                     chunks = prefills.get(e.rid, [])
-                    if chunks and chunks[-1][1] < lengths.get(e.rid, 0) and e.args[0] != e.rid:
+                    if chunks and chunks[-1][1] < lengths.get(e.rid, 0) and e.by != e.rid:
                         mid_prompt_preemptions.append(MidPromptPreemption(t, e.rid, chunks[0][0], chunks[-1][1],
                                                                           len(chunks)))
                 if e.kind in ("preempt", "finish"):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.events import Event
+from loopcheck.model.events import Event, Preempt
 from loopcheck.model.workload import Workload
 from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, WAITING, TraceView
 
@@ -170,8 +170,8 @@ def draw(run: Timeline, path: Path | str) -> None:
                 top.plot(t, y[e.rid] - 0.12, marker="o", markersize=3, color="#238b45", linestyle="")
             elif e.kind == "finish":
                 top.plot(t, y[e.rid], marker="|", markersize=12, color="black", linestyle="")
-            elif e.kind == "preempt" and str(e.args[0]) in y:
-                top.annotate("", xy=(t, y[e.rid]), xytext=(t, y[str(e.args[0])]),
+            elif isinstance(e, Preempt) and str(e.by) in y:
+                top.annotate("", xy=(t, y[e.rid]), xytext=(t, y[str(e.by)]),
                              arrowprops={"arrowstyle": "->", "color": "#cb181d", "lw": 1.2})
     for x, rid, kind in marked(run, steps):
         top.plot(x, y[rid], linestyle="", **MARKS[kind][1])

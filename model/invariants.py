@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event
+from loopcheck.model.events import Event, Preempt, Prefill
 from loopcheck.model.state import FINISHED, RUNNING, SchedState
 from loopcheck.model.workload import Workload
 
@@ -57,8 +57,8 @@ def batch_tokens(events: list[Event]) -> int:
     prefilled = {e.rid for e in events if e.kind == "prefill"}
     decoded: set[str] = set()
     for e in events:
-        if e.kind == "prefill":
-            tokens += e.args[1] - e.args[0]
+        if isinstance(e, Prefill):
+            tokens += e.end - e.start
         elif e.kind == "token" and e.rid not in prefilled and e.rid not in decoded:
             tokens += 1
             decoded.add(e.rid)
@@ -73,7 +73,7 @@ def step_violations(before: SchedState, after: SchedState, events: list[Event],
     tokens = batch_tokens(events)
     if tokens > cfg.max_num_batched_tokens:
         out.append(f"batch tokens {tokens} > max_num_batched_tokens {cfg.max_num_batched_tokens}")
-    rewound = {e.rid for e in events if e.kind == "preempt" and not e.args[1]}
+    rewound = {e.rid for e in events if isinstance(e, Preempt) and not e.keeps_tokens}
     for spec, r0, r1 in zip(workload.requests, before.reqs, after.reqs, strict=False):
         if r1.frontier < r0.frontier and spec.rid not in rewound:
             out.append(f"{spec.rid}: frontier went back from {r0.frontier} to {r1.frontier}")

@@ -14,7 +14,21 @@ from functools import lru_cache
 from typing import Protocol
 
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event, TokenOutcome
+from loopcheck.model.events import (
+    Abort,
+    Admit,
+    Arrive,
+    Event,
+    Finish,
+    Preempt,
+    Prefill,
+    Publish,
+    Reject,
+    Resume,
+    Rewind,
+    Token,
+    TokenOutcome,
+)
 from loopcheck.model.state import FINISHED, PENDING, PREEMPTED, RUNNING, WAITING, ReqState, SchedState
 from loopcheck.model.workload import RequestSpec, Workload
 
@@ -163,8 +177,8 @@ class _Step:
     def free_count(self) -> int:
         return self.free + self.planes * self.cache_only
 
-    def emit(self, kind: str, i: int, *args: object) -> None:
-        self.events.append(Event(kind, self.specs[i].rid, tuple(args)))
+    def emit(self, kind: type[Event], i: int, *fields: object) -> None:
+        self.events.append(kind(self.specs[i].rid, *fields))
         self.touched.add(i)
 
     def release(self, i: int) -> None:
@@ -273,7 +287,7 @@ class _Step:
     def preempt(self, v: int, by: int) -> None:
         r = self.reqs[v]
         if r.chunk_end > r.frontier:
-            self.emit("rewind", v, r.frontier)
+            self.emit(Rewind, v, r.frontier)
             r = r.evolve(chunk_end=r.frontier, chunk_depth=0)
         self.reqs[v] = r
         self.release(v)
@@ -281,7 +295,7 @@ class _Step:
             self.set_status(v, self.reqs[v].evolve(status=PREEMPTED))
         else:
             self.set_status(v, self.reqs[v].evolve(status=PREEMPTED, frontier=0, chunk_end=0, generated=0))
-        self.emit("preempt", v, self.specs[by].rid, self.cfg.snapshots)
+        self.emit(Preempt, v, self.specs[by].rid, self.cfg.snapshots)
 
     def key_of(self, i: int) -> tuple[int, int, str]:
         return self.specs[i].key
@@ -292,7 +306,7 @@ class _Step:
         self.release(i)
         self.set_status(i, self.reqs[i].evolve(status=FINISHED, finish=reason,
                                                chunk_end=self.reqs[i].frontier, chunk_depth=0))
-        self.emit("finish", i, reason)
+        self.emit(Finish, i, reason)
 
     # ----- phases -----------------------------------------------------------------
     def arrivals_and_aborts(self) -> None:
@@ -302,12 +316,12 @@ class _Step:
         arrived, self.pending = sorted(self.pending[:due]), self.pending[due:]
         for i in arrived:
             spec = self.specs[i]
-            self.emit("arrive", i)
+            self.emit(Arrive, i)
             if never_fits(spec, self.cfg):
                 need = total_pages(spec, self.cfg) * self.planes
-                self.emit("reject", i, f"needs {need} blocks, pool has {self.cfg.num_blocks}")
+                self.emit(Reject, i, f"needs {need} blocks, pool has {self.cfg.num_blocks}")
                 self.reqs[i] = self.reqs[i].evolve(status=FINISHED, finish="rejected")
-                self.emit("finish", i, "rejected")
+                self.emit(Finish, i, "rejected")
             else:
                 self.reqs[i] = self.reqs[i].evolve(status=WAITING)
                 insort(self.order, i, key=self.key_of)
@@ -315,7 +329,7 @@ class _Step:
         aborted = [i for i in self.order if self.specs[i].rid in aborts] if aborts else []
         for i in sorted(aborted, key=lambda j: (self.specs[j].arrival, j)):
             if self.reqs[i].status not in (PENDING, FINISHED):
-                self.emit("abort", i)
+                self.emit(Abort, i)
                 self.finish(i, "abort")
 
     def work_of(self, i: int) -> tuple[str, int, int]:
@@ -444,10 +458,10 @@ class _Step:
                                     bypasses=0))
         self.guard = {g for g in self.guard if g[0] != i}
         if fresh:
-            self.emit("admit", i, plan.hits)
+            self.emit(Admit, i, plan.hits)
             self.fresh_admissions += 1
         else:
-            self.emit("resume", i, plan.hits, plan.restored)
+            self.emit(Resume, i, plan.hits, plan.restored)
         kind = self.kind_of(i, plan)
         start = plan.end - 1 if kind == "decode" else plan.frontier
         self.put_in_batch(i, (kind, start, plan.end))
@@ -503,7 +517,7 @@ class _Step:
             r, spec = self.reqs[i], self.specs[i]
             if kind == "prefill":
                 depth = r.chunk_depth + 1 if self.cfg.wcpb else L
-                self.emit("prefill", i, start, end, depth)
+                self.emit(Prefill, i, start, end, depth)
                 if depth == L:
                     r = r.evolve(frontier=end, chunk_end=end, chunk_depth=0)
                 else:
@@ -518,7 +532,7 @@ class _Step:
                     continue
             outcome = self.env.outcome(spec.rid, r.generated)
             depth = L if r.generated == 0 else outcome.exit_depth
-            self.emit("token", i, r.generated, outcome.token_id, depth)
+            self.emit(Token, i, r.generated, outcome.token_id, depth)
             self.reqs[i] = r.evolve(generated=r.generated + 1)
             self.publish(i)
             if spec.stop_token is not None and outcome.token_id == spec.stop_token:
@@ -538,7 +552,7 @@ class _Step:
                 if h not in self.cache:
                     self.cache[h] = 1  # the private page's blocks now back the entry
                     pages[k] = h
-                    self.emit("publish", i, k)
+                    self.emit(Publish, i, k)
         self.reqs[i] = r.evolve(pages=tuple(pages))
 
     def run(self) -> tuple[SchedState, list[Event]]:

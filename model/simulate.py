@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopcheck.model.events import Event, RequestOutput, TokenOutcome
+from loopcheck.model.events import Event, Finish, Preempt, RequestOutput, Token, TokenOutcome
 from loopcheck.model.reference import step
 from loopcheck.model.state import FINISHED, SchedState, initial_state
 from loopcheck.model.workload import RequestSpec, Workload
@@ -56,7 +56,7 @@ class WorkloadEnv:
 
     def feed(self, events: list[Event]) -> None:
         """Take this step's token outcomes from another system's events."""
-        self._fed = {(e.rid, e.args[0]): TokenOutcome(e.args[1], e.args[2]) for e in events if e.kind == "token"}
+        self._fed = {(e.rid, e.index): TokenOutcome(e.token_id, e.exit_depth) for e in events if isinstance(e, Token)}
 
     def aborts(self, step: int) -> frozenset[str]:
         return frozenset(self._aborts_at.get(step, ()))
@@ -102,9 +102,9 @@ class Counters:
         self.steps += 1
         worked = {e.rid for e in events if e.kind in ("prefill", "token")}
         for e in events:
-            if e.kind == "preempt":
+            if isinstance(e, Preempt):
                 self.preemptions += 1
-                if e.args[0] is not None and e.args[0] != e.rid and e.args[0] not in worked:
+                if e.by is not None and e.by != e.rid and e.by not in worked:
                     self.futile_preemptions += 1
             elif e.kind == "resume":
                 self.resumptions += 1
@@ -115,14 +115,14 @@ def fold_outputs(outputs: dict[str, RequestOutput], events: list[Event]) -> None
     keep the generated tokens discards them; they are generated again)."""
     for e in events:
         out = outputs.setdefault(e.rid, RequestOutput(e.rid, [], [], None))
-        if e.kind == "token":
-            out.token_ids.append(e.args[1])
-            out.exit_depths.append(e.args[2])
-        elif e.kind == "preempt" and not e.args[1]:
+        if isinstance(e, Token):
+            out.token_ids.append(e.token_id)
+            out.exit_depths.append(e.exit_depth)
+        elif isinstance(e, Preempt) and not e.keeps_tokens:
             out.token_ids.clear()
             out.exit_depths.clear()
-        elif e.kind == "finish":
-            out.finish_reason = e.args[0]
+        elif isinstance(e, Finish):
+            out.finish_reason = e.reason
 
 
 @dataclass

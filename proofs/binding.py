@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import z3
 
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event
+from loopcheck.model.events import Admit, Event, Preempt, Resume
 from loopcheck.model.reference import _Step, page_hash, step, total_pages
 from loopcheck.model.simulate import WorkloadEnv, model_steps
 from loopcheck.model.state import PREEMPTED, RUNNING, WAITING, ReqState, SchedState
@@ -383,33 +383,33 @@ def futile_preemptions(w: Workload, state: SchedState, events: list[Event], nxt:
     """Requesters of a priority preemption not admitted in the same step."""
     admitted = {e.rid for e in events if e.kind in ("admit", "resume")}
     index = request_index(w)
-    return len({str(e.args[0]) for e in events if e.kind == "preempt"
-                and state.reqs[index[str(e.args[0])]].status != RUNNING} - admitted)
+    return len({str(e.by) for e in events if isinstance(e, Preempt)
+                and state.reqs[index[str(e.by)]].status != RUNNING} - admitted)
 
 
 def growth_preemptions(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
     """Preemptions a growing request made of another."""
     index = request_index(w)
-    return sum(e.kind == "preempt" and e.args[0] != e.rid and state.reqs[index[str(e.args[0])]].status == RUNNING
+    return sum(isinstance(e, Preempt) and e.by != e.rid and state.reqs[index[str(e.by)]].status == RUNNING
                for e in events)
 
 
 def self_preemptions(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
     """Growing requests that preempted themselves."""
-    return sum(e.kind == "preempt" and e.args[0] == e.rid for e in events)
+    return sum(isinstance(e, Preempt) and e.by == e.rid for e in events)
 
 
 def hits(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
     """Admissions and resumptions with prefix hits."""
-    return sum(e.kind in ("admit", "resume") and int(e.args[0]) > 0 for e in events)
+    return sum(isinstance(e, (Admit, Resume)) and e.hit_pages > 0 for e in events)
 
 
 def cache_only_hits(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:
     """Admissions and resumptions hitting a page no request held."""
     index = request_index(w)
     cache = dict(state.cache)
-    return sum(e.kind in ("admit", "resume") and any(cache.get(h) == 0 for h in prompt_pages(
-        w, index[e.rid], int(e.args[0]))) for e in events)
+    return sum(isinstance(e, (Admit, Resume)) and any(cache.get(h) == 0 for h in prompt_pages(
+        w, index[e.rid], e.hit_pages)) for e in events)
 
 
 def wanted_evictions(w: Workload, state: SchedState, events: list[Event], nxt: SchedState) -> int:

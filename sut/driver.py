@@ -21,7 +21,7 @@ from loopcheck.checks.base import Check, Ignoring, Violation, ignored, matches
 from loopcheck.model.bounds import work_units
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.events import Event
+from loopcheck.model.events import Event, GenericEventError
 from loopcheck.model.simulate import Counters
 from loopcheck.model.workload import InputSchedule, RequestSpec, Workload
 from loopcheck.sut.code import Frame, code_paths, innermost, place, site
@@ -327,6 +327,8 @@ class Driver:
                 return fn()
         except (ProtocolError, WorkloadError, Violation, RunEnded):
             raise
+        except GenericEventError as err:
+            raise ProtocolError("event fields", str(err)) from None
         except Overran as stopped:
             self._fail(hang(verb, stopped, self.own), self.t)   # inputs of, or the run of, step t
         except Exception as exc:  # noqa: BLE001 - any exception inside the SUT is a finding

@@ -26,7 +26,7 @@ from typing import Any
 
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.events import Event, RequestOutput
+from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt, Prefill, RequestOutput, Resume, Token
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.fake_model import fake_token
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
@@ -217,14 +217,14 @@ class LmdeploySUT:
             self.specs[sid], self.sessions[spec.rid] = spec, sid
             self.outputs[spec.rid] = RequestOutput(spec.rid, [], [], None)
             self.front.add(sid, spec)
-            events.append(Event("arrive", spec.rid))
+            events.append(Arrive(spec.rid))
         self.pending = []
         self.answering = {} if self.next is None else self._work(*self.next)
         for rid in self.aborts:
             if self.outputs[rid].finish_reason is None:
                 events += self._computed(rid)   # the forward in flight computes it regardless
                 self.front.cancel(self.sessions[rid])
-                events += [Event("abort", rid), Event("finish", rid, ("abort",))]
+                events += [Abort(rid), Finish(rid, "abort")]
                 self.outputs[rid].finish_reason = "abort"
                 self.running.discard(rid)
         self.aborts = []
@@ -281,11 +281,11 @@ class LmdeploySUT:
         if rid not in self.running:
             self.running.add(rid)
             if rid in self.admitted:
-                events.append(Event("resume", rid, (hits, start - hits * self.cfg.block_size)))
+                events.append(Resume(rid, hits, start - hits * self.cfg.block_size))
             else:
                 self.admitted.add(rid)
-                events.append(Event("admit", rid, (hits,)))
-        return events + [Event("prefill", rid, (start, end, 1))]
+                events.append(Admit(rid, hits))
+        return events + [Prefill(rid, start, end)]
 
     def _preempted(self) -> list[Event]:
         """Running requests the engine put back to waiting (a decode that could
@@ -298,7 +298,7 @@ class LmdeploySUT:
             seq = self._seq(self.sessions[rid])
             if seq is not None and seq.status == MessageStatus.WAITING:
                 self.running.discard(rid)
-                events.append(Event("preempt", rid, (rid, True)))
+                events.append(Preempt(rid, by=rid))
         return events
 
     def _answered(self, sid: int, out: Any) -> list[Event]:
@@ -308,13 +308,13 @@ class LmdeploySUT:
         rid, mine = spec.rid, self.outputs[spec.rid]
         events = []
         for token in [int(t) for t in out.token_ids][len(mine.token_ids):]:
-            events.append(Event("token", rid, (len(mine.token_ids), token, 1)))
+            events.append(Token(rid, len(mine.token_ids), token))
             mine.token_ids.append(token)
             mine.exit_depths.append(1)
         if out.finish and mine.finish_reason is None:
             stopped = spec.stop_token is not None and mine.token_ids[-1:] == [spec.stop_token]
             mine.finish_reason = "stop" if stopped else "length"
-            events.append(Event("finish", rid, (mine.finish_reason,)))
+            events.append(Finish(rid, mine.finish_reason))
             self.running.discard(rid)
             self.front.end(sid)
         return events

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from loopcheck.model.config import Config
-from loopcheck.model.events import KINDS, Event, RequestOutput
+from loopcheck.model.events import BY_KIND, FINISH_REASONS, KINDS, Event, Finish, RequestOutput
 from loopcheck.model.workload import RequestSpec
 
 
@@ -150,29 +150,60 @@ class Internals:
 
 
 class SystemUnderTest(Protocol):
+    """A scheduler as loopcheck drives it. Built by a `SutFactory` from a Config
+    (raise `loopcheck.model.errors.WorkloadError` for a config it cannot run);
+    every verb returns within `sut.driver.CALL_TIMEOUT` seconds, and an exception
+    it raises is reported as a crash of the system."""
+
     capabilities: Capabilities
+    """What the system reports and claims; read once, after it is built."""
 
-    def add(self, spec: RequestSpec) -> None: ...
+    def add(self, spec: RequestSpec) -> None:
+        """Submit a request; it arrives at the start of the next step.
 
-    def abort(self, rid: str) -> None: ...
+        Args:
+            spec: the request: `rid` (unique in the run), `prompt` (token ids),
+                `max_tokens`, `priority` (lower is more urgent), `stop_token`.
 
-    def step(self) -> list[Event]: ...
+        Raises:
+            Refused: the system's API would refuse this request (the run goes
+                on without it).
+        """
 
-    def observe(self) -> Observation: ...
+    def abort(self, rid: str) -> None:
+        """Abort a request at the start of the next step, after that step's
+        arrivals; ignored once it finished.
+
+        Args:
+            rid: the id of a request given to `add`.
+        """
+
+    def step(self) -> list[Event]:
+        """Run one scheduler step: arrivals and aborts, then scheduling, then the
+        batch.
+
+        Returns:
+            What the step did, in the order it did it: events of
+            model/events.py (`Arrive`, `Admit`, `Prefill`, `Token`, `Preempt`,
+            `Finish`, ...), each about a request given to `add`.
+        """
+
+    def observe(self) -> Observation:
+        """Report the state after the last step.
+
+        Returns:
+            An `Observation`; fields the capabilities do not claim keep their
+            defaults.
+        """
 
 
 SutFactory = Callable[[Config], SystemUnderTest]
 CONFIG_FIELDS = frozenset(f.name for f in fields(Config))
 
 REQUEST = "a submitted request's id, or None"
-# The name and type of each argument of each event kind (model/events.py): int (not a bool), bool, str or REQUEST.
-_ARGS: dict[str, tuple[tuple[str, object], ...]] = {
-    "arrive": (), "reject": (("reason", str),), "abort": (), "admit": (("hit_pages", int),),
-    "resume": (("hit_pages", int), ("restored", int)), "preempt": (("by", REQUEST), ("keeps_tokens", bool)),
-    "rewind": (("frontier", int),), "prefill": (("start", int), ("end", int), ("depth", int)),
-    "token": (("index", int), ("token_id", int), ("exit_depth", int)), "publish": (("page", int),),
-    "finish": (("reason", str),)}
-FINISH_REASONS = ("length", "stop", "abort", "rejected")
+# What each annotated field type of an event (model/events.py) must hold: int (not a bool), bool, str, or REQUEST.
+_FIELD_TYPES: dict[str, object] = {"int": int, "bool": bool, "str": str, "str | None": REQUEST}
+_WANTED = {cls: tuple((f.name, _FIELD_TYPES[str(f.type)]) for f in fields(cls)[1:]) for cls in BY_KIND.values()}
 
 
 def check_sut(sut: object) -> SystemUnderTest:
@@ -195,25 +226,26 @@ def check_sut(sut: object) -> SystemUnderTest:
 
 
 def check_events(events: object, known: Container[str]) -> list[Event]:
-    """step()'s result, validated: a list of Events of known kinds, arities and
-    argument types about submitted requests; else ProtocolError naming the rule."""
+    """step()'s result, validated: a list of events of the kinds of
+    model/events.py, about submitted requests, each field of its declared type;
+    else ProtocolError naming the rule."""
     if not isinstance(events, list):
         raise ProtocolError("step returns a list of events", f"got {type(events).__name__}")
     for e in events:
         if not isinstance(e, Event):
             raise ProtocolError("events are model.events.Event", f"got {e!r}")
-        if e.kind not in KINDS:
-            raise ProtocolError("event kinds", f"unknown kind {e.kind!r} (known: {', '.join(KINDS)})")
+        wanted = _WANTED.get(type(e))
+        if wanted is None:
+            raise ProtocolError("event kinds", f"{type(e).__name__} {e.kind!r} is not an event kind of "
+                                               f"loopcheck.model.events (known: {', '.join(KINDS)})")
         if e.rid not in known:
             raise ProtocolError("events name submitted requests", f"{e} names unknown request {e.rid!r}")
-        wanted = _ARGS[e.kind]
-        if len(e.args) != len(wanted):
-            raise ProtocolError("event arity", f"{e} has {len(e.args)} args, {e.kind} takes {len(wanted)}")
-        for arg, (name, kind) in zip(e.args, wanted, strict=True):
-            if not ((arg is None or arg in known) if kind is REQUEST else type(arg) is kind):
+        for name, kind in wanted:
+            value = getattr(e, name)
+            if not ((value is None or value in known) if kind is REQUEST else type(value) is kind):
                 wanted_type = kind if kind is REQUEST else kind.__name__   # type: ignore[attr-defined]
-                raise ProtocolError("event argument types", f"{e}: {name} is {arg!r}, not {wanted_type}")
-        if e.kind == "finish" and e.args[0] not in FINISH_REASONS:
+                raise ProtocolError("event field types", f"{e}: {name} is {value!r}, not {wanted_type}")
+        if isinstance(e, Finish) and e.reason not in FINISH_REASONS:
             raise ProtocolError("finish reasons", f"{e}: reason must be one of {', '.join(FINISH_REASONS)}")
     return events
 

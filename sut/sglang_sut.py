@@ -33,7 +33,7 @@ from unittest import mock
 
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.events import Event, RequestOutput
+from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt, Prefill, RequestOutput, Resume, Token
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.fake_model import TINY_MODEL_DIR, VOCAB, fake_token
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
@@ -362,7 +362,7 @@ class SglangSUT:
             top_logprobs_num=0, token_ids_logprob=None, stream=False,
             priority=spec.priority if self.cfg.priority_preemption else None))
         self.reqs[spec.rid] = next(r for r in self.scheduler.waiting_queue if r.rid == name)
-        return [Event("arrive", spec.rid)]
+        return [Arrive(spec.rid)]
 
     def _abort(self, rid: str) -> list[Event]:
         """SGLang's `abort_request`: a queued request ends at once; a running
@@ -381,8 +381,8 @@ class SglangSUT:
     def _finish(self, rid: str, reason: str) -> list[Event]:
         self.outputs[rid].finish_reason = reason
         self.running.discard(rid)
-        aborted = [Event("abort", rid)] if reason == "abort" else []
-        return [*aborted, Event("finish", rid, (reason,))]
+        aborted = [Abort(rid)] if reason == "abort" else []
+        return [*aborted, Finish(rid, reason)]
 
     def _preempted(self) -> list[Event]:
         """Running requests SGLang put back in its waiting queue (a decode
@@ -393,7 +393,7 @@ class SglangSUT:
         for rid, req in self.reqs.items():
             if rid in self.running and id(req) in waiting:
                 self.running.discard(rid)
-                events.append(Event("preempt", rid, (None, True)))
+                events.append(Preempt(rid))
         return events
 
     def _work(self, batch: Any) -> list[Event]:
@@ -409,13 +409,13 @@ class SglangSUT:
             if rid not in self.running:
                 self.running.add(rid)
                 if rid in self.admitted:
-                    events.append(Event("resume", rid, (start // page, 0)))
+                    events.append(Resume(rid, start // page, 0))
                 else:
                     self.admitted.add(rid)
-                    events.append(Event("admit", rid, (start // page,)))
+                    events.append(Admit(rid, start // page))
             known = len(req.origin_input_ids) + len(req.output_ids)
             if start < len(req.origin_input_ids) or start < known - 1 or length > 1:
-                events.append(Event("prefill", rid, (int(start), int(start + length), 1)))
+                events.append(Prefill(rid, int(start), int(start + length)))
         return events
 
     def _answered(self) -> list[Event]:
@@ -429,7 +429,7 @@ class SglangSUT:
             if mine.finish_reason is not None:
                 continue
             for token in [int(t) for t in req.output_ids_through_stop][len(mine.token_ids):]:
-                events.append(Event("token", rid, (len(mine.token_ids), token, 1)))
+                events.append(Token(rid, len(mine.token_ids), token))
                 mine.token_ids.append(token)
                 mine.exit_depths.append(1)
             if req.finished_reason is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loopcheck.model.events import Event
+from loopcheck.model.events import Admit, Event, Finish, Preempt, Prefill, Resume, Rewind, Token
 from loopcheck.model.workload import RequestSpec
 
 SUBMITTED, WAITING, RUNNING, PREEMPTED, FINISHED = "submitted", "waiting", "running", "preempted", "finished"
@@ -44,8 +44,8 @@ def computed(e: Event, prompt_len: int, tokens: int) -> tuple[int, int]:
     """The positions [start, end) whose KV a prefill or token event computed, of a
     request with `prompt_len` prompt positions and `tokens` tokens before the
     event: a prefill's own range; a token's decode computed its input position."""
-    if e.kind == "prefill":
-        return e.args[0], e.args[1]
+    if isinstance(e, Prefill):
+        return e.start, e.end
     return prompt_len + tokens - 1, prompt_len + tokens
 
 
@@ -95,22 +95,22 @@ class TraceView:
                 if self.keep_pages:
                     self.computed_pages.update(hash(r.content(k)) for k in range(start // bs * bs + bs, end + 1, bs))
                 r.reach = max(end, r.reach or 0)
-            elif e.kind in ("admit", "resume"):
-                self.hit_pages.append((e, [r.content(k * bs) for k in range(1, e.args[0] + 1)]))
-                r.reach = e.args[0] * bs + (e.args[1] if e.kind == "resume" else 0)   # restored past the hits
-            elif e.kind == "rewind" and r.reach is not None:
-                r.reach = min(r.reach, e.args[0])
+            elif isinstance(e, (Admit, Resume)):
+                self.hit_pages.append((e, [r.content(k * bs) for k in range(1, e.hit_pages + 1)]))
+                r.reach = e.hit_pages * bs + (e.restored if isinstance(e, Resume) else 0)   # restored past the hits
+            elif isinstance(e, Rewind) and r.reach is not None:
+                r.reach = min(r.reach, e.frontier)
             elif e.kind in AFTER:
                 r.reach = None
-            if e.kind == "token":
-                r.token_ids.append(e.args[1])
-                r.exit_depths.append(e.args[2])
-            elif e.kind == "preempt" and not e.args[1]:
+            if isinstance(e, Token):
+                r.token_ids.append(e.token_id)
+                r.exit_depths.append(e.exit_depth)
+            elif isinstance(e, Preempt) and not e.keeps_tokens:
                 r.token_ids, r.exit_depths = [], []
             if e.kind in AFTER and r.status != FINISHED:
                 r.status = AFTER[e.kind]
-                if r.status == FINISHED:
-                    r.finish = e.args[0]
+                if isinstance(e, Finish):
+                    r.finish = e.reason
                     del self.open[e.rid]
 
     def running(self) -> int:

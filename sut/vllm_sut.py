@@ -23,7 +23,7 @@ from typing import Any
 
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.events import Event, RequestOutput
+from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt, Prefill, RequestOutput, Resume, Token
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.fake_model import TINY_MODEL_DIR, fake_token
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
@@ -152,14 +152,14 @@ class VllmSUT:
         for spec, params in self.pending:
             self.outputs[spec.rid] = RequestOutput(spec.rid, [], [], None)
             self.scheduler.add_request(self._request(spec, params))
-            events.append(Event("arrive", spec.rid))
+            events.append(Arrive(spec.rid))
         self.pending = []
         live = [rid for rid in self.aborts if self.outputs[rid].finish_reason is None]
         self.aborts = []
         if live:
             self.scheduler.finish_requests(live, RequestStatus.FINISHED_ABORTED)
             for rid in live:
-                events += [Event("abort", rid), Event("finish", rid, ("abort",))]
+                events += [Abort(rid), Finish(rid, "abort")]
                 self.outputs[rid].finish_reason = "abort"
         self.requesters = {}
         so = self.scheduler.schedule()
@@ -168,7 +168,7 @@ class VllmSUT:
         for rid in sorted(so.preempted_req_ids or ()):
             self.preempted.add(rid)
             by = self.requesters.get(rid)
-            events.append(Event("preempt", rid, (by if by in self.outputs else None, True)))
+            events.append(Preempt(rid, by if by in self.outputs else None))
         reqs = self.scheduler.requests
         new = {r.req_id for r in so.scheduled_new_reqs} | set(getattr(so.scheduled_cached_reqs, "resumed_req_ids",
                                                                         ()) or ())
@@ -182,15 +182,15 @@ class VllmSUT:
                 hits = start // bs
                 if rid in self.preempted:
                     self.preempted.discard(rid)
-                    events.append(Event("resume", rid, (hits, 0)))
+                    events.append(Resume(rid, hits, 0))
                 else:
-                    events.append(Event("admit", rid, (hits,)))
+                    events.append(Admit(rid, hits))
             if start + n > r.num_tokens - 1 and start < r.num_tokens:   # reaches the last known token
                 sampled.append([fake_token(list(r.all_token_ids))])
             else:
                 sampled.append([])
             if start < r.num_tokens - 1 or n > 1:
-                events.append(Event("prefill", rid, (start, start + n, 1)))
+                events.append(Prefill(rid, start, start + n))
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
                                 sampled_token_ids=sampled)
         engine_out = self.scheduler.update_from_output(so, mro)
@@ -198,13 +198,13 @@ class VllmSUT:
             for o in client_out.outputs:
                 out = self.outputs[o.request_id]
                 for tok in o.new_token_ids:
-                    events.append(Event("token", o.request_id, (len(out.token_ids), tok, 1)))
+                    events.append(Token(o.request_id, len(out.token_ids), tok))
                     out.token_ids.append(tok)
                     out.exit_depths.append(1)
                 if o.finish_reason is not None and out.finish_reason is None:
                     reason = _REASONS.get(str(o.finish_reason).lower().split(".")[-1], "rejected")
                     out.finish_reason = reason
-                    events.append(Event("finish", o.request_id, (reason,)))
+                    events.append(Finish(o.request_id, reason))
         self.steps += 1
         return events
 

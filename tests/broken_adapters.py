@@ -5,11 +5,12 @@ FILE.py:FACTORY)."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar
 
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.events import Event, RequestOutput
+from loopcheck.model.events import Admit, Arrive, Event, RequestOutput
 from loopcheck.sut.model_sut import ModelSUT
 
 
@@ -19,36 +20,54 @@ class NoneStep(ModelSUT):
         return None
 
 
+@dataclass(frozen=True)
+class Teleport(Event):
+    """An event kind of the adapter's own, not one of model/events.py."""
+
+    kind: ClassVar[str] = "teleport"
+
+
 class UnknownKind(ModelSUT):
     def step(self):
-        return super().step() + [Event("teleport", next(iter(self.outputs)))] if self.outputs else super().step()
+        return super().step() + [Teleport(next(iter(self.outputs)))] if self.outputs else super().step()
 
 
 class UnknownRequest(ModelSUT):
     def step(self):
-        return super().step() + [Event("arrive", "nobody")]
+        return super().step() + [Arrive("nobody")]
 
 
 class Rewriting(ModelSUT):
-    """The model, with the arguments of its events of one kind rewritten (`rewrite`)."""
+    """The model, with the fields of its events of one kind rewritten (`rewrite`
+    maps the event to the changes, passed to dataclasses.replace)."""
 
     kind = ""
-    rewrite = staticmethod(lambda args: args)
+    rewrite = staticmethod(lambda e: {})
 
     def step(self):
-        return [Event(e.kind, e.rid, self.rewrite(e.args)) if e.kind == self.kind else e for e in super().step()]
+        return [replace(e, **self.rewrite(e)) if e.kind == self.kind else e for e in super().step()]
 
 
-class WrongArity(Rewriting):
-    kind, rewrite = "admit", staticmethod(lambda args: (*args, 0))
+class GenericWrongArity(ModelSUT):
+    """An adapter of the earlier generic events: an admission with one argument too many."""
+
+    def step(self):
+        return [Event("admit", e.rid, (e.hit_pages, 0)) if isinstance(e, Admit) else e for e in super().step()]
+
+
+class GenericEvents(ModelSUT):
+    """An adapter of the earlier generic events, every one well formed."""
+
+    def step(self):
+        return [Event(e.kind, e.rid, e.values()) for e in super().step()]
 
 
 class TextTokenIndex(Rewriting):
-    kind, rewrite = "token", staticmethod(lambda args: (str(args[0]), *args[1:]))
+    kind, rewrite = "token", staticmethod(lambda e: {"index": str(e.index)})
 
 
 class PreemptedByStranger(Rewriting):
-    kind, rewrite = "preempt", staticmethod(lambda args: ("nobody", *args[1:]))
+    kind, rewrite = "preempt", staticmethod(lambda e: {"by": "nobody"})
 
 
 class Observing(ModelSUT):

@@ -24,7 +24,7 @@ def test_busy_run_is_bit_identical_to_each_request_alone(cfg) -> None:
     assert run.drained and run.kv_blocks_held == 0
     kinds = {e.kind for evs in run.trace for e in evs}
     assert "preempt" in kinds and "publish" in kinds
-    assert any(e.kind in ("admit", "resume") and e.args[0] > 0 for evs in run.trace for e in evs)
+    assert any(e.kind in ("admit", "resume") and e.hit_pages > 0 for evs in run.trace for e in evs)
     for spec in w.requests:
         solo = alone(w, spec.rid)
         assert solo.outputs[spec.rid].to_json() == run.outputs[spec.rid].to_json(), spec.rid

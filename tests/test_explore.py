@@ -37,7 +37,7 @@ from loopcheck.explorer.survey import Claims, Fold, block_variants, plan, survey
 from loopcheck.fuzz.directed import draw_workloads
 from loopcheck.fuzz.strategies import workloads
 from loopcheck.model.bounds import preemption_bound
-from loopcheck.model.events import TokenOutcome
+from loopcheck.model.events import Admit, Arrive, Finish, Preempt, Prefill, Resume, TokenOutcome
 from loopcheck.model.reference import step
 from loopcheck.model.state import initial_state
 from loopcheck.model.workload import Workload, load_workload
@@ -566,14 +566,13 @@ def test_a_timeline_row_is_the_status_after_each_step_and_marks_what_the_status_
     (a preemption and resumption in one step leave it running), the finishing
     step drawn in the status it finished from, none after; each preemption and
     resumption marked."""
-    from loopcheck.model.events import Event
     from loopcheck.timeline import Timeline, marked, statuses
 
     w = workload(req("a", 2, 2), req("b", 2, 2))
-    steps = [[Event("arrive", "a"), Event("admit", "a", (0,))],
-             [Event("arrive", "b"), Event("preempt", "a", ("b", False)), Event("resume", "a", (0, 0))],
-             [Event("preempt", "a", ("b", False))],
-             [Event("admit", "b", (0,)), Event("finish", "b", ("length",))], []]
+    steps = [[Arrive("a"), Admit("a", 0)],
+             [Arrive("b"), Preempt("a", "b", False), Resume("a", 0, 0)],
+             [Preempt("a", "b", False)],
+             [Admit("b", 0), Finish("b", "length")], []]
     run = Timeline(w, steps, [0] * len(steps), None, None, "")
     assert statuses(run) == {"a": ["running", "running", "preempted", "preempted", "preempted"],
                              "b": [None, "waiting", "waiting", "running", None]}
@@ -583,13 +582,12 @@ def test_a_timeline_row_is_the_status_after_each_step_and_marks_what_the_status_
 
 
 def test_a_timeline_shows_the_prefix_cache_pages_and_which_were_never_computed() -> None:
-    from loopcheck.model.events import Event
     from loopcheck.timeline import COMPUTED, UNCOMPUTED, Timeline, cache_rows
 
     w = workload(req("a", 4, 2))   # (a prompt of 4 tokens, pages of 2)
     prompt = w.requests[0].prompt
-    steps = [[Event("arrive", "a"), Event("admit", "a", (0,)), Event("prefill", "a", (0, 2, 1))],
-             [Event("prefill", "a", (2, 3, 1))], []]
+    steps = [[Arrive("a"), Admit("a", 0), Prefill("a", 0, 2, 1)],
+             [Prefill("a", 2, 3, 1)], []]
     cached = [(prompt[:2],), (prompt[:2], prompt[:4]), ()]   # (page 1 registered before its last position ran)
     run = Timeline(w, steps, [1, 2, 0], None, None, "", cached)
     assert cache_rows(run, 3) == [("a page 1", [None, UNCOMPUTED, None]), ("a page 0", [COMPUTED, COMPUTED, None])]

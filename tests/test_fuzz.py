@@ -179,14 +179,14 @@ def test_the_example_database_keeps_failures_for_the_next_campaign(tmp_path) -> 
 
 def test_rare_branches_are_read_from_event_sequences() -> None:
     from loopcheck.fuzz.machine import Stats
-    from loopcheck.model.events import Event
+    from loopcheck.model.events import Abort, Admit, Preempt, Resume
     from loopcheck.sut.protocol import Observation
 
     stats = Stats()
     stats.new_example()
-    step1 = [Event("preempt", "v", ("w", True)), Event("admit", "w", (0,))]      # paired: not futile
-    step2 = [Event("preempt", "v2", ("w2", True))]                              # w2 not admitted: futile
-    step3 = [Event("resume", "v", (0, 2)), Event("preempt", "v", ("w", True)), Event("abort", "v2", ())]
+    step1 = [Preempt("v", "w", True), Admit("w", 0)]      # paired: not futile
+    step2 = [Preempt("v2", "w2", True)]                              # w2 not admitted: futile
+    step3 = [Resume("v", 0, 2), Preempt("v", "w", True), Abort("v2")]
     for events in (step1, step2, step3):
         stats.note_step(events, Observation())
     assert stats.branches["preempt+futile"] == 2      # step 3's preemption is not paired either
@@ -270,11 +270,11 @@ def test_a_dropped_request_s_gap_is_closed_by_its_lifetime() -> None:
     whose timing the drop would shift is kept: the candidates hold the drop
     with every later arrival moved by -life-1, -life and 1-life."""
     from loopcheck.fuzz.shrink import candidates, lifetimes
-    from loopcheck.model.events import Event
+    from loopcheck.model.events import Admit, Arrive, Finish, Token
     from loopcheck.model.workload import RequestSpec
 
-    trace = [[Event("arrive", "f"), Event("admit", "f", (0,))], [Event("token", "f", (0, 1, 1))],
-             [Event("token", "f", (1, 2, 1)), Event("finish", "f", ("length",))], [], [Event("arrive", "u")]]
+    trace = [[Arrive("f"), Admit("f", 0)], [Token("f", 0, 1, 1)],
+             [Token("f", 1, 2, 1), Finish("f", "length")], [], [Arrive("u")]]
     assert lifetimes(trace) == {"f": 3, "u": 1}
     w = Workload(Config(), (RequestSpec("f", (1, 2), 2), RequestSpec("l", (3, 4), 2),
                             RequestSpec("u", (5,), 1, arrival=4)))

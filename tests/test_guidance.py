@@ -34,7 +34,7 @@ from loopcheck.fuzz.mutate import (
 )
 from loopcheck.fuzz.strategies import Shape
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event
+from loopcheck.model.events import Admit, Arrive, Preempt, Prefill, Resume, Token
 from loopcheck.model.reference import never_fits
 from loopcheck.model.workload import RequestSpec, Workload, load_workload
 from loopcheck.sut.code import code_paths
@@ -75,9 +75,9 @@ def test_coverage_records_edges_only_in_the_systems_files_and_only_while_entered
 
 def test_features_name_what_the_trace_did() -> None:
     a, b = RequestSpec("a", (1, 2, 3, 4, 5), 2), RequestSpec("b", (1, 2, 3, 4, 9), 2, arrival=1, priority=-1)
-    trace = [[Event("arrive", "a"), Event("admit", "a", (0,)), Event("prefill", "a", (0, 5, 1))],
-             [Event("arrive", "b"), Event("preempt", "a", ("b", False)), Event("admit", "b", (2,))],
-             [Event("resume", "a", (2, 0)), Event("prefill", "a", (4, 5, 1))]]
+    trace = [[Arrive("a"), Admit("a", 0), Prefill("a", 0, 5, 1)],
+             [Arrive("b"), Preempt("a", "b", False), Admit("b", 2)],
+             [Resume("a", 2, 0), Prefill("a", 4, 5, 1)]]
     found = run_features(12, 2, [a, b], trace, [3, 3, 5], {("f.py", 1 << 28 | 2)}, [(), (False,), ()])
     assert ("in-step", ("arrive", "admit", "prefill")) in found
     assert ("across-steps", "prefill", "preempt") in found
@@ -96,17 +96,17 @@ def test_features_name_who_preempts_whom_and_in_which_phase() -> None:
     it has already put in the step's batch); and the running pairs before it."""
     v = RequestSpec("v", tuple(range(12)), 2, priority=2)
     h = RequestSpec("h", (40, 41), 3, arrival=1, priority=1)
-    trace = [[Event("arrive", "v"), Event("admit", "v", (0,)), Event("prefill", "v", (0, 3, 1))],
-             [Event("arrive", "h"), Event("prefill", "v", (3, 6, 1)), Event("admit", "h", (0,)),
-              Event("prefill", "h", (0, 2, 1))],
-             [Event("preempt", "v", ("h", True)), Event("token", "h", (0, 5, 1))]]
+    trace = [[Arrive("v"), Admit("v", 0), Prefill("v", 0, 3, 1)],
+             [Arrive("h"), Prefill("v", 3, 6, 1), Admit("h", 0),
+              Prefill("h", 0, 2, 1)],
+             [Preempt("v", "h", True), Token("h", 0, 5, 1)]]
     found = run_features(8, 4, [v, h], trace, [1, 3, 2])
     assert ("preempt-of", "prompt <page", "output", True, "less", "past a page's end") in found   # 6 + 3 -> 9
     assert ("running-pair", "prompt <page", "output", "less", 1) in found    # after step 1: v then h, 3/8 held
     assert not any(f[0] == "preempt-of" and f[1] == "output" for f in found)
-    self_preempted = run_features(8, 4, [v], [trace[0], [Event("preempt", "v", ("v", True))]], [1, 0])
+    self_preempted = run_features(8, 4, [v], [trace[0], [Preempt("v", "v", True)]], [1, 0])
     assert not any(f[0] == "preempt-of" for f in self_preempted)   # preempting itself is its own feature
-    unnamed = run_features(8, 4, [v], [trace[0], [Event("preempt", "v", (None, True))]], [1, 0])
+    unnamed = run_features(8, 4, [v], [trace[0], [Preempt("v", None, True)]], [1, 0])
     assert ("preempt-of", "prompt <page", "unknown", None, "unknown", "past a page's end") in unnamed   # 3 + 3 -> 6
 
 
@@ -119,8 +119,8 @@ def test_a_preemption_names_where_the_victims_next_chunk_would_end(chunks, reach
     page's end (also the prompt's), past one; "-" for a prompt done."""
     v = RequestSpec("v", tuple(range(12)), 2, priority=2)
     h = RequestSpec("h", (40, 41), 3, priority=1)
-    trace = [[Event("arrive", "v"), Event("arrive", "h"), Event("admit", "v", (0,)), Event("admit", "h", (0,))]]
-    trace += [[Event("prefill", "v", (a, b, 1))] for a, b in chunks] + [[Event("preempt", "v", ("h", True))]]
+    trace = [[Arrive("v"), Arrive("h"), Admit("v", 0), Admit("h", 0)]]
+    trace += [[Prefill("v", a, b, 1)] for a, b in chunks] + [[Preempt("v", "h", True)]]
     preempt_of = [f for f in run_features(8, 4, [v, h], trace, [1] * len(trace)) if f[0] == "preempt-of"]
     assert [f[-1] for f in preempt_of] == [reach]
 
@@ -133,8 +133,8 @@ def test_an_arrival_while_a_prompt_is_half_done_contends_with_it() -> None:
     urgent, and a pinned pool stays."""
     v = RequestSpec("v", tuple(range(12)), 2, priority=2)
     w = Workload(replace(CFG, priority_preemption=False), (v, RequestSpec("d", (9,), 1)))
-    trace = [[Event("admit", "v", (0,)), Event("prefill", "v", (0, 4, 1))], [Event("prefill", "v", (4, 8, 1))],
-             [Event("prefill", "v", (8, 12, 1))], [Event("token", "v", (0, 1, 1))]]
+    trace = [[Admit("v", 0), Prefill("v", 0, 4, 1)], [Prefill("v", 4, 8, 1)],
+             [Prefill("v", 8, 12, 1)], [Token("v", 0, 1, 1)]]
     moments = RunNotes.of(w, trace, {}, []).mid_prompt
     assert moments == [(0, "v"), (1, "v")]
     rng = random.Random(5)
@@ -153,7 +153,7 @@ def test_an_arrival_while_a_prompt_is_half_done_contends_with_it() -> None:
 
 def test_an_abort_the_step_after_a_preemption_takes_the_requester_or_the_victim() -> None:
     w = Workload(CFG, (RequestSpec("v", (1, 2, 3), 2), RequestSpec("h", (4,), 1, arrival=1, priority=-1)))
-    trace = [[Event("admit", "v", (0,))], [Event("admit", "h", (0,))], [Event("preempt", "v", ("h", True))]]
+    trace = [[Admit("v", 0)], [Admit("h", 0)], [Preempt("v", "h", True)]]
     notes = RunNotes.of(w, trace, {}, [1, 2, 2])
     assert notes.preemptions == [(2, "v", "h")]
     rng = random.Random(0)
@@ -173,12 +173,12 @@ def test_preemptions_of_a_half_done_prompt_are_noted() -> None:
     nor one that computed nothing since it came back."""
     v, h = RequestSpec("v", tuple(range(8)), 2), RequestSpec("h", (9, 9), 2, priority=-1)
     w = Workload(CFG, (v, h))
-    trace = [[Event("admit", "v", (1,)), Event("prefill", "v", (2, 3, 1))],
-             [Event("prefill", "v", (3, 5, 1)), Event("admit", "h", (0,)), Event("preempt", "v", ("h", True))],
-             [Event("resume", "v", (0, 0)), Event("preempt", "v", ("h", True))],
-             [Event("resume", "v", (0, 0)), Event("prefill", "v", (0, 4, 1)), Event("preempt", "v", ("v", True))],
-             [Event("resume", "v", (0, 0)), Event("prefill", "v", (0, 8, 1)), Event("token", "v", (0, 5, 1))],
-             [Event("preempt", "v", ("h", True))]]
+    trace = [[Admit("v", 1), Prefill("v", 2, 3, 1)],
+             [Prefill("v", 3, 5, 1), Admit("h", 0), Preempt("v", "h", True)],
+             [Resume("v", 0, 0), Preempt("v", "h", True)],
+             [Resume("v", 0, 0), Prefill("v", 0, 4, 1), Preempt("v", "v", True)],
+             [Resume("v", 0, 0), Prefill("v", 0, 8, 1), Token("v", 0, 5, 1)],
+             [Preempt("v", "h", True)]]
     notes = RunNotes.of(w, trace, {}, [])
     assert notes.mid_prompt_preemptions == [MidPromptPreemption(1, "v", 2, 5, 2)]
     assert [t for t, _, _ in notes.preemptions] == [1, 2, 3, 5]

@@ -41,7 +41,7 @@ def factory():
 
 
 def kinds(run) -> list[tuple[str, str, tuple]]:
-    return [(e.kind, e.rid, e.args) for events in run.driver.trace for e in events]
+    return [(e.kind, e.rid, e.values()) for events in run.driver.trace for e in events]
 
 
 def test_a_workload_with_hits_preemption_and_aborts_drains_with_every_property_held() -> None:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from loopcheck.checks.lockstep import Lockstep, ModelBounds
 from loopcheck.fuzz.strategies import workloads
 from loopcheck.model.bounds import preemption_bound
-from loopcheck.model.events import Event
+from loopcheck.model.events import Event, Preempt, Resume
 from loopcheck.model.workload import Workload
 from loopcheck.sut.driver import run_workload
 from loopcheck.sut.model_sut import ModelSUT
@@ -66,7 +66,7 @@ class Repreempting(ModelSUT):
         decoded = [e.rid for e in events if e.kind == "token" and not any(
             f.kind == "finish" and f.rid == e.rid for f in events)]
         for rid in decoded[:self.extra]:
-            events += [Event("preempt", rid, (None, True)), Event("resume", rid, (0, 0))]
+            events += [Preempt(rid, None, True), Resume(rid, 0, 0)]
             self.extra -= 1
         return events
 

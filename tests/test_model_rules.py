@@ -97,8 +97,8 @@ def test_snapshot_restores_a_decoding_request() -> None:
     # it resumes once w and f are done, with positions 0..P+g-2 restored, and decodes token 3
     state, trace = run_steps(w, 30)
     resume = [e for evs in trace for e in evs if e.kind == "resume" and e.rid == "v"]
-    assert [e.args for e in resume] == [(0, 4)]
-    tokens = [e.args[0] for evs in trace for e in evs if e.kind == "token" and e.rid == "v"]
+    assert [(e.hit_pages, e.restored) for e in resume] == [(0, 4)]
+    tokens = [e.index for evs in trace for e in evs if e.kind == "token" and e.rid == "v"]
     assert tokens == [0, 1, 2, 3]
 
 
@@ -182,7 +182,7 @@ def test_guarded_preflight_counts_pending_prefix_pages_and_the_guard_stops_a_rep
 def test_unguarded_repeats_the_futile_preemption() -> None:
     _, trace = futile_case("unguarded", 4)
     preempts_for_w = [t for t, evs in enumerate(trace) for e in evs
-                      if e.kind == "preempt" and e.args[0] == "w"]
+                      if e.kind == "preempt" and e.by == "w"]
     assert preempts_for_w[:2] == [1, 2]
 
 

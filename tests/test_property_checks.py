@@ -26,7 +26,7 @@ from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.pytest_plugin import run_machine
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.events import Event
+from loopcheck.model.events import Prefill, Resume
 from loopcheck.model.workload import RequestSpec, Workload
 from loopcheck.sut import driver as sut_driver
 from loopcheck.sut.driver import Overran, run_workload, watchdog
@@ -366,8 +366,8 @@ def test_a_resumed_request_has_its_hit_pages_and_the_positions_its_snapshot_rest
     run = run_workload(w, ModelSUT, checks_for("property"))
     assert run.violation is None and run.drained
     events = [e for step in run.driver.trace for e in step if e.rid == "r2"]
-    resumed = events.index(Event("resume", "r2", (1, 1)))
-    assert events[resumed + 1] == Event("prefill", "r2", (4, 8, 1))
+    resumed = events.index(Resume("r2", 1, 1))
+    assert events[resumed + 1] == Prefill("r2", 4, 8, 1)
 
 
 def test_a_wcpb_chunk_that_skips_a_depth_is_caught_without_a_reference(monkeypatch, tmp_path) -> None:

@@ -47,7 +47,7 @@ def factory():
 
 
 def kinds(run) -> list[tuple[str, str, tuple]]:
-    return [(e.kind, e.rid, e.args) for events in run.driver.trace for e in events]
+    return [(e.kind, e.rid, e.values()) for events in run.driver.trace for e in events]
 
 
 @pytest.mark.parametrize("prefix_caching", [True, False])

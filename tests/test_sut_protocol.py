@@ -15,6 +15,7 @@ from loopcheck.model.workload import RequestSpec, Workload, load_workload
 from loopcheck.sut.driver import run_workload
 from loopcheck.sut.protocol import ProtocolError
 from tests.broken_adapters import (
+    GenericWrongArity,
     NegativeBlocksHeld,
     NoneStep,
     OddFinish,
@@ -30,7 +31,6 @@ from tests.broken_adapters import (
     UnhashableKey,
     UnknownKind,
     UnknownRequest,
-    WrongArity,
 )
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "livelock_min.json")
@@ -40,8 +40,8 @@ BROKEN = str(Path(__file__).parent / "broken_adapters.py")
 @pytest.mark.parametrize("adapter,rule", [(NoneStep, "step returns a list of events"),
                                           (UnknownKind, "event kinds"),
                                           (UnknownRequest, "events name submitted requests"),
-                                          (WrongArity, "event arity"),
-                                          (TextTokenIndex, "event argument types"),
+                                          (GenericWrongArity, "event fields"),
+                                          (TextTokenIndex, "event field types"),
                                           (UnhashableKey, "state_key is hashable"),
                                           (TextBlocksHeld, "blocks_held is an int"),
                                           (StrangerOutputs, "outputs name submitted requests"),
@@ -73,7 +73,7 @@ def test_blocks_held_out_of_the_pool_is_a_kv_finding_not_a_broken_protocol() -> 
 def test_a_preemption_for_a_request_never_submitted_is_named() -> None:
     with pytest.raises(ProtocolError) as caught:   # the example preempts from its second step on
         run_workload(load_workload(EXAMPLE), PreemptedByStranger, checks_for("property"))
-    assert caught.value.rule == "event argument types" and "'nobody'" in str(caught.value)
+    assert caught.value.rule == "event field types" and "'nobody'" in str(caught.value)
 
 
 @pytest.mark.parametrize("factory,words", [("NoneStep", "rule 'step returns a list of events'"),

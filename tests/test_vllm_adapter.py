@@ -59,7 +59,7 @@ def test_a_fitting_workload_drains_with_every_property_held() -> None:
                                                        "guarded preflight)",
                                   RULES: "the system does not claim loopcheck's semantics"}
     events = [e for evs in run.driver.trace for e in evs]
-    assert ("admit", "b", (1,)) in [(e.kind, e.rid, e.args) for e in events]     # a prefix-cache hit
+    assert ("admit", "b", (1,)) in [(e.kind, e.rid, e.values()) for e in events]     # a prefix-cache hit
     assert run.observation.outputs["a"].finish_reason == "length"
     assert run.observation.outputs["d"].finish_reason == "abort"
 
@@ -130,7 +130,7 @@ def test_a_hit_on_a_page_another_request_computes_in_the_same_step_is_no_stale_r
     w = Workload(cfg, (RequestSpec("r6", (45, 16, 40), 3), RequestSpec("r8", (37, 50, 35, 26, 35), 1, stop_token=4),
                        RequestSpec("r9", (6, 36), 1), RequestSpec("r10", (6, 36, 47), 2)))
     run = run_workload(w, factory(), checks_for("property"))
-    step4 = [(e.kind, e.rid, e.args) for e in run.driver.trace[4]]
+    step4 = [(e.kind, e.rid, e.values()) for e in run.driver.trace[4]]
     assert ("admit", "r10", (1,)) in step4 and ("finish", "r9", ("length",)) in step4
     assert run.violation is None and run.drained
 
@@ -149,7 +149,7 @@ def test_a_page_registered_for_work_taken_out_of_the_step_is_found_when_cached()
 
 def test_a_preemption_names_the_request_vllm_was_allocating_for() -> None:
     run = run_workload(load_workload(Path("examples/vllm/uncomputed_prefix_hit.json")), factory())
-    preempts = [(e.rid, e.args) for evs in run.driver.trace for e in evs if e.kind == "preempt"]
+    preempts = [(e.rid, e.values()) for evs in run.driver.trace for e in evs if e.kind == "preempt"]
     assert preempts == [("r2", ("r0", True))]
 
 
@@ -191,7 +191,7 @@ def test_a_page_registered_for_work_taken_back_and_dropped_in_the_same_step_is_a
     run = run_workload(w, factory(), CheckSet("property").ignoring("priority-inversion").build())
     assert run.violation is None
     assert [(t, regs) for t, regs in enumerate(run.driver.uncomputed_registrations) if regs] == [(3, (False,))]
-    assert ("preempt", "r0", ("r1", True)) in [(e.kind, e.rid, e.args) for e in run.driver.trace[3]]
+    assert ("preempt", "r0", ("r1", True)) in [(e.kind, e.rid, e.values()) for e in run.driver.trace[3]]
     cached = run_workload(load_workload(Path("examples/vllm/uncomputed_prefix_hit.json")), factory(),
                           [c for c in checks_for("property") if not isinstance(c, CachedPages)])
     assert [(t, regs) for t, regs in enumerate(cached.driver.uncomputed_registrations) if regs] == [(5, (True,))]

@@ -14,7 +14,20 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
 
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event, RequestOutput
+from loopcheck.model.events import (
+    BY_KIND,
+    Abort,
+    Admit,
+    Arrive,
+    Event,
+    Finish,
+    Preempt,
+    Prefill,
+    Reject,
+    RequestOutput,
+    Resume,
+    Token,
+)
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
 
@@ -155,10 +168,10 @@ class ToyScheduler:
         for queue in (self.waiting, self.running):
             if r in queue:
                 queue.remove(r)
-        events.append(Event("finish", r.spec.rid, (reason,)))
+        events.append(Finish(r.spec.rid, reason))
 
     def _preempt(self, victim: Req, by: Req, events: list[Event]) -> None:
-        events.append(Event("preempt", victim.spec.rid, (by.spec.rid, False)))
+        events.append(Preempt(victim.spec.rid, by.spec.rid, False))
         if "keep-on-preempt" not in self.bugs:   # the bug keeps its blocks, reused when it is admitted again
             self._release(victim)
         # the bugs keep positions whose KV they freed (phantom-restore reports them as restored from a snapshot)
@@ -170,10 +183,10 @@ class ToyScheduler:
         cfg, events = self.cfg, []
         for spec in self.pending:
             r = self.reqs[spec.rid] = Req(spec)
-            events.append(Event("arrive", spec.rid))
+            events.append(Arrive(spec.rid))
             life = -(-(len(spec.prompt) + max(spec.max_tokens, 1) - 1) // cfg.block_size)
             if life > cfg.num_blocks and "no-reject" not in self.bugs:
-                events.append(Event("reject", spec.rid, ("too long",)))
+                events.append(Reject(spec.rid, "too long"))
                 self._finish(r, "rejected", events)
             else:
                 self.waiting.append(r)
@@ -183,7 +196,7 @@ class ToyScheduler:
             if "crash-on-abort" in self.bugs and r in self.waiting:
                 raise RuntimeError("abort of a waiting request")
             if r.done is None and not ("lost-abort" in self.bugs and r in self.waiting):
-                events.append(Event("abort", rid))
+                events.append(Abort(rid))
                 self._finish(r, "abort", events)
         self.aborting = []
         priority = cfg.priority_preemption and "no-priority" not in self.bugs
@@ -252,8 +265,8 @@ class ToyScheduler:
             self._grow(r, start + n)
             budget -= n
             restored = start - hits * cfg.block_size if "phantom-restore" in self.bugs else 0
-            events.append(Event("resume", r.spec.rid, (hits, restored)) if r.preempted else
-                          Event("admit", r.spec.rid, (hits,)))
+            events.append(Resume(r.spec.rid, hits, restored) if r.preempted else
+                          Admit(r.spec.rid, hits))
             r.preempted = False
             batch.append((r, n))
         for r, n in batch:
@@ -263,7 +276,7 @@ class ToyScheduler:
             if "skip-position" in self.bugs and 0 < start < len(r.spec.prompt) - 1:
                 start += 1   # a continued prefill leaves out its first position
             if start < len(r.spec.prompt):
-                events.append(Event("prefill", r.spec.rid, (start, r.computed, 1)))
+                events.append(Prefill(r.spec.rid, start, r.computed, 1))
             prompt_done = r.computed >= len(r.spec.prompt) or (   # the bug: a prompt-only request ends at once
                 "prompt-only-early" in self.bugs and r.computed > 0)
             if r.spec.max_tokens == 0 and prompt_done:   # prompt-only: no token
@@ -273,7 +286,7 @@ class ToyScheduler:
             if r.computed >= len(r.spec.prompt) + len(r.tokens) or early:
                 salt = len(batch) if "batch-dependent-token" in self.bugs else 0
                 tok = (sum(r.spec.prompt) + 7 * len(r.tokens) + salt) % 64
-                events.append(Event("token", r.spec.rid, (len(r.tokens), tok, 1)))
+                events.append(Token(r.spec.rid, len(r.tokens), tok, 1))
                 r.tokens.append(tok)
                 if tok == r.spec.stop_token and "ignore-stop" not in self.bugs:
                     self._finish(r, "stop", events)
@@ -292,7 +305,7 @@ class ToyScheduler:
             if bug in self.bugs and bug not in self.reported and states[state]:
                 self.reported.add(bug)
                 r = states[state][0]
-                out.append(Event(kind, r.spec.rid, tuple(r.spec.rid if a == SELF else a for a in args)))
+                out.append(BY_KIND[kind](r.spec.rid, *(r.spec.rid if a == SELF else a for a in args)))
         return out
 
     def observe(self) -> Observation:

@@ -19,7 +19,19 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event, RequestOutput
+from loopcheck.model.events import (
+    Abort,
+    Admit,
+    Arrive,
+    Event,
+    Finish,
+    Preempt,
+    Prefill,
+    Reject,
+    RequestOutput,
+    Resume,
+    Token,
+)
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation
 
@@ -179,9 +191,9 @@ class HashScheduler:
         bs = self.cfg.block_size
         for spec in self.arrivals:
             s = self.seqs[spec.rid] = Seq(spec)
-            events.append(Event("arrive", spec.rid))
+            events.append(Arrive(spec.rid))
             if -(-(len(spec.prompt) + max(spec.max_tokens, 1) - 1) // bs) > self.cfg.num_blocks:
-                events.append(Event("reject", spec.rid, ("longer than the pool",)))
+                events.append(Reject(spec.rid, "longer than the pool"))
                 self._finish(s, "rejected", events)
             else:
                 self.waiting.append(s)
@@ -189,7 +201,7 @@ class HashScheduler:
         for rid in self.aborts:
             s = self.seqs[rid]
             if s.done is None:
-                events.append(Event("abort", rid))
+                events.append(Abort(rid))
                 self._finish(s, "abort", events)
         self.aborts = []
 
@@ -221,7 +233,7 @@ class HashScheduler:
     def _preempt(self, victim: Seq, by: Seq, events: list[Event], batch: dict[str, int], preempted: set[str]) -> None:
         """Recompute preemption: its blocks go back, its tokens stay (the event
         says it keeps them), it computes everything again when admitted."""
-        events.append(Event("preempt", victim.spec.rid, (by.spec.rid, True)))
+        events.append(Preempt(victim.spec.rid, by.spec.rid, True))
         preempted.add(victim.spec.rid)
         self.running.remove(victim)
         if "victim-in-batch" not in self.bugs:
@@ -273,8 +285,8 @@ class HashScheduler:
         s.computed = max(s.computed, len(hits) * bs)
         self.waiting.remove(s)
         self.running.append(s)
-        events.append(Event("resume", s.spec.rid, (len(hits), 0)) if s.preempted
-                      else Event("admit", s.spec.rid, (len(hits),)))
+        events.append(Resume(s.spec.rid, len(hits), 0) if s.preempted
+                      else Admit(s.spec.rid, len(hits)))
         s.preempted = False
         batch[s.spec.rid] = min(cfg.prefill_chunk_size, s.length - s.computed, budget)
         if "eager-hash" in self.bugs:
@@ -310,14 +322,14 @@ class HashScheduler:
             start = s.computed
             s.computed += n
             if start < s.length - 1 or n > 1 or not s.spec.max_tokens:   # (a decode computes its one position)
-                events.append(Event("prefill", rid, (start, s.computed, 1)))
+                events.append(Prefill(rid, start, s.computed))
             if s in self.running:
                 self._register(s, s.computed)
             if s.computed >= s.length and s.spec.max_tokens == 0 and "prompt-only-token" not in self.bugs:
                 self._finish(s, "length", events)   # a prompt-only request: no token
             elif s.computed >= s.length:
                 token = hash(s.context(s.length)) % 64
-                events.append(Event("token", rid, (len(s.tokens), token, 1)))
+                events.append(Token(rid, len(s.tokens), token))
                 s.tokens.append(token)
                 if token == s.spec.stop_token:
                     self._finish(s, "stop", events)
@@ -332,7 +344,7 @@ class HashScheduler:
         for queue in (self.waiting, self.running):
             if s in queue:
                 queue.remove(s)
-        events.append(Event("finish", s.spec.rid, (reason,)))
+        events.append(Finish(s.spec.rid, reason))
 
 
 def factory(*bugs: str):

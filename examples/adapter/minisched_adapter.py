@@ -25,7 +25,19 @@ import sys
 from pathlib import Path
 
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event, RequestOutput
+from loopcheck.model.events import (
+    Abort,
+    Admit,
+    Arrive,
+    Event,
+    Finish,
+    Preempt,
+    Prefill,
+    Reject,
+    RequestOutput,
+    Resume,
+    Token,
+)
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
 
@@ -86,18 +98,18 @@ class MiniSchedSUT:
         events: list[Event] = []
         for spec, seq in self.pending:
             self.specs[spec.rid], self.tokens[spec.rid] = spec, []
-            events.append(Event("arrive", spec.rid))
+            events.append(Arrive(spec.rid))
             try:
                 self.scheduler.add(seq)
             except ValueError as refused:
-                events += [Event("reject", spec.rid, (str(refused),)), self._finished(spec.rid, "rejected")]
+                events += [Reject(spec.rid, str(refused)), self._finished(spec.rid, "rejected")]
             else:
                 self.seqs[spec.rid] = seq
         self.pending = []
         for rid in self.aborting:
             if rid in self.seqs and rid not in self.finish:
                 self.scheduler.abort(rid)
-                events += [Event("abort", rid), self._finished(rid, "abort")]
+                events += [Abort(rid), self._finished(rid, "abort")]
         self.aborting = []
         if self.scheduler.is_finished():
             return events   # minisched must not be scheduled while idle
@@ -106,18 +118,18 @@ class MiniSchedSUT:
         for rid in sorted(was_running):
             if self.seqs[rid].status == "waiting":   # only a queue diff shows a preemption
                 self.preempted.add(rid)
-                events.append(Event("preempt", rid, (None, True)))   # it keeps its tokens, to recompute
+                events.append(Preempt(rid))   # it keeps its tokens, to recompute
         sampled = []
         for seq in batch:
             rid = seq.seq_id
             if is_prefill:
                 hits = seq.num_cached_tokens // self.cfg.block_size
-                events.append(Event("resume", rid, (hits, 0)) if rid in self.preempted else
-                              Event("admit", rid, (hits,)))
+                events.append(Resume(rid, hits, 0) if rid in self.preempted else
+                              Admit(rid, hits))
                 self.preempted.discard(rid)
-                events.append(Event("prefill", rid, (seq.num_cached_tokens, len(seq.token_ids), 1)))
+                events.append(Prefill(rid, seq.num_cached_tokens, len(seq.token_ids)))
             token = self._sample(seq)
-            events.append(Event("token", rid, (len(self.tokens[rid]), token, 1)))
+            events.append(Token(rid, len(self.tokens[rid]), token))
             self.tokens[rid].append(token)
             sampled.append(self.eos if token == self.specs[rid].stop_token else token)
         self.scheduler.postprocess(batch, sampled, is_prefill)
@@ -132,7 +144,7 @@ class MiniSchedSUT:
 
     def _finished(self, rid: str, reason: str) -> Event:
         self.finish[rid] = reason
-        return Event("finish", rid, (reason,))
+        return Finish(rid, reason)
 
     def observe(self) -> Observation:
         manager = self.scheduler.block_manager
