@@ -22,6 +22,7 @@ from pathlib import Path
 from benchmarks.subjects.hashsched import BUGS, factory
 from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz.campaign import GUIDANCE, run_campaign
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.report import table
 
 CONTROL = "nothing planted (control)"
@@ -30,9 +31,9 @@ CONTROL = "nothing planted (control)"
 def hunt(bug: str | None, seed: int, budget: float, guidance: str) -> tuple[str | None, float | None]:
     """One campaign: the first finding's property and its time (None, None: none)."""
     with tempfile.TemporaryDirectory() as out:
-        result = run_campaign("guarded", budget, seed, Path(out), "random",
+        result = run_campaign(CampaignSettings("guarded", budget, seed, Path(out), "random",
                               factory=factory(*([bug] if bug else [])), checks=CheckSet("property"),
-                              guidance=guidance)
+                              guidance=guidance))
     v = result.violation
     return (v.prop, result.time_to_failure) if v is not None else (None, None)
 

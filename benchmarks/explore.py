@@ -129,10 +129,10 @@ SYSTEMS = {"minisched": "examples/adapter/minisched_adapter.py:MiniSchedSUT"}   
 def scoped_rows(systems: list[str], scope_name: str, repeat: int) -> list[list[object]]:
     """Per system: the tally of a keep-going exploration of the scope, and its
     transitions per second (the median of `repeat` runs, each in this process)."""
+    from loopcheck.adapters.loader import capabilities_of, load_factory
     from loopcheck.checks.suite import CheckSet, default_mode
     from loopcheck.explorer.scope import load_scope
     from loopcheck.explorer.scoped import Limits, explore_units, make_plan
-    from loopcheck.sut.loader import capabilities_of, load_factory
 
     rows = []
     for name in systems:

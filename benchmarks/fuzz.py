@@ -15,14 +15,15 @@ import tempfile
 from collections.abc import Collection
 from pathlib import Path
 
+from loopcheck.adapters.torch_sut import TorchSUT
 from loopcheck.checks.suite import CheckSet
+from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import DEFAULT_SHAPE, Shape
 from loopcheck.model.workload import load_workload
 from loopcheck.report import table
-from loopcheck.sut.driver import run_workload
 from loopcheck.sut.protocol import SutFactory
-from loopcheck.sut.torch_sut import TorchSUT
 
 
 def hunt(label: str, expect: Collection[str], seeds: int, budget: float, factory: SutFactory = TorchSUT,
@@ -36,7 +37,8 @@ def hunt(label: str, expect: Collection[str], seeds: int, budget: float, factory
     rows, times = [], []
     for seed in range(1, seeds + 1):
         with tempfile.TemporaryDirectory() as out:
-            r = run_campaign(policy, budget, seed, Path(out), configs, factory=factory, checks=checks, shape=shape)
+            r = run_campaign(CampaignSettings(
+                policy, budget, seed, Path(out), configs, factory=factory, checks=checks, shape=shape))
             v = r.violation
             replays = "-"
             if v is not None:

@@ -1,5 +1,5 @@
 """What guidance from the system costs: the same workloads run on a system plain,
-with coverage of its own code measured (sut/coverage.py), and with the run's
+with coverage of its own code measured (driver/coverage.py), and with the run's
 features computed too (fuzz/features.py); microseconds per step (the median of
 3 passes over the workloads) and the ratio to plain, per system.
 
@@ -15,7 +15,10 @@ import time
 from collections.abc import Callable
 
 from benchmarks.subjects.hashsched import clean
+from loopcheck.adapters.loader import capabilities_of
 from loopcheck.checks.suite import checks_for
+from loopcheck.driver.coverage import EdgeCoverage
+from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.directed import draw_workloads
 from loopcheck.fuzz.features import run_features
 from loopcheck.fuzz.strategies import configs, workloads
@@ -23,9 +26,6 @@ from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import Workload
 from loopcheck.report import table
 from loopcheck.sut.code import code_paths
-from loopcheck.sut.coverage import EdgeCoverage
-from loopcheck.sut.driver import run_workload
-from loopcheck.sut.loader import capabilities_of
 from loopcheck.sut.protocol import SutFactory
 
 
@@ -57,12 +57,12 @@ def accepts(factory: SutFactory, w: Workload) -> bool:
 
 
 def systems() -> list[tuple[str, Callable[[], SutFactory]]]:
-    from loopcheck.sut.torch_sut import TorchSUT
+    from loopcheck.adapters.torch_sut import TorchSUT
 
     out: list[tuple[str, Callable[[], SutFactory]]] = [("hashsched (benchmarks/subjects)", lambda: clean),
                                                        ("torch engine", lambda: TorchSUT)]
     if importlib.util.find_spec("vllm") is not None:
-        from loopcheck.sut.vllm_sut import VllmSUT
+        from loopcheck.adapters.vllm_sut import VllmSUT
         out.append(("vLLM 0.33 v1 scheduler", lambda: VllmSUT))
     return out
 

@@ -22,10 +22,10 @@ import random
 import time
 from typing import Any
 
+from loopcheck.adapters.simulate import simulate_model
 from loopcheck.model.config import Config
 from loopcheck.model.workload import RequestSpec, Workload
 from loopcheck.report import table
-from loopcheck.sut.simulate import simulate_model
 
 SHAPES: dict[str, dict[str, Any]] = {
     "slots": {},

@@ -1,7 +1,7 @@
 """Reach: the system's own code that scoped exploration runs, against a fuzz
 campaign of the same wall time on as many worker processes (each campaign with
 its own seed, guided by the system's coverage, keep-going, the property
-checks). Both measure with the same tracer (sut/coverage.py) on the same files
+checks). Both measure with the same tracer (driver/coverage.py) on the same files
 (the modules `Capabilities.code` names): code edges (a line to the next line
 run, a function's entry and exit), branch edges (those leaving a line that has
 more than one next line among all the edges either side took), functions; then
@@ -24,15 +24,16 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from loopcheck.adapters.loader import capabilities_of, load_factory
 from loopcheck.checks.suite import CheckSet, default_mode
+from loopcheck.driver.coverage import Edge, EdgeCoverage
 from loopcheck.explorer.scope import load_scope
 from loopcheck.explorer.scoped import Limits, explore_units, make_plan
 from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.seeds import derived_seed
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.report import table
 from loopcheck.sut.code import code_paths, function_at
-from loopcheck.sut.coverage import Edge, EdgeCoverage
-from loopcheck.sut.loader import capabilities_of, load_factory
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = {"minisched": str(ROOT / "examples/adapter/minisched_adapter.py:MiniSchedSUT")}   # (others by name)
@@ -73,8 +74,8 @@ def fuzz_worker(job: tuple[str, float, int, str]) -> tuple[set[Edge], int]:
     adapter, budget, seed, out = job
     factory = load_factory(adapter)
     caps = capabilities_of(factory)
-    result = run_campaign("guarded", budget, seed, Path(out), "random", None, factory,
-                          CheckSet(default_mode(caps.semantics)), keep_going=True, guidance="system")
+    result = run_campaign(CampaignSettings("guarded", budget, seed, Path(out), "random", None, factory,
+                          CheckSet(default_mode(caps.semantics)), keep_going=True, guidance="system"))
     return set(result.stats.edges), result.stats.examples
 
 

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loopcheck.adapters.simulate import simulate_model
 from loopcheck.engine import runner
 from loopcheck.engine.llm_engine import LLMEngine
 from loopcheck.model.workload import InputSchedule, Workload, load_workload
 from loopcheck.report import table
-from loopcheck.sut.simulate import simulate_model
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "livelock.json"
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 
 from benchmarks.fuzz import hunt
+from loopcheck.adapters.vllm_sut import VllmSUT
 from loopcheck.fuzz.strategies import Shape
-from loopcheck.sut.vllm_sut import VllmSUT
 
 
 def main() -> None:

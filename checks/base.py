@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from loopcheck.checks.signatures import signature_of
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event
-from loopcheck.sut.protocol import Capabilities, Observation
+from loopcheck.model.simulate import Counters
+from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.sut.protocol import Capabilities, Internals, Observation
+from loopcheck.sut.view import TraceView
 
-if TYPE_CHECKING:
-    from loopcheck.sut.driver import Driver
+DRIVER_PROPERTIES = ("crash", "hang", "liveness")   # what the driver itself reports (no check does)
+
 
 
 @dataclass
@@ -44,6 +47,46 @@ class Violation(AssertionError):
         return f"{self.prop}{where}: {self.message}"
 
 
+@dataclass(frozen=True)
+class Reference:
+    """What output equivalence reads of a run on the unconstrained config."""
+
+    violation: Violation | None
+    drained: bool
+    observation: Observation
+
+
+class RunView(Protocol):
+    """What a check reads of the run it judges (the driver is one; checks never
+    import it). Attributes are read, never written, but for `skipped`."""
+
+    cfg: Config                    # the run's config
+    caps: Capabilities             # the system's capabilities
+    t: int                         # steps run so far (a hook of step t - 1 runs with t)
+    inputs_until: int              # inputs are scheduled up to this step (recorded workloads; -1: none)
+    view: TraceView                # per request, what the events say so far
+    counters: Counters             # preemptions and resumptions so far
+    specs: Sequence[RequestSpec]   # the requests submitted, in order
+    checks: Sequence[Check]        # the checks that run
+    skipped: dict[str, str]        # a check that cannot judge this run records why, by its label
+
+    def workload(self) -> Workload:
+        """What was submitted so far, as a replayable workload."""
+
+    def drained(self) -> bool:
+        """Every submitted request finished, by the events and by the system's word."""
+
+    def default_cap(self) -> int:
+        """The run's work-based step cap."""
+
+    def internals(self) -> Internals:
+        """The system's `Internals` now (where its capabilities say internals)."""
+
+    def reference(self, workload: Workload, max_steps: int) -> Reference:
+        """The run of `workload` on a fresh system of the same factory, without
+        checks, to `max_steps`."""
+
+
 def matches(violation: Violation, ignore: frozenset[str]) -> bool:
     """Whether `ignore` names the violation's property, its signature, or its
     signature cut at one of its ':' (crash@FILE:FUNCTION: every crash there)."""
@@ -53,7 +96,7 @@ def matches(violation: Violation, ignore: frozenset[str]) -> bool:
 
 
 class Check:
-    """One property, fed by the driver. Subclasses override the hooks they need and
+    """One property, fed by the run. Subclasses override the hooks they need and
     raise Violation when the property breaks."""
 
     props: tuple[str, ...] = ()   # the properties its violations name
@@ -67,18 +110,18 @@ class Check:
         """Why this check cannot run on a SUT with these capabilities (None: it runs)."""
         return None
 
-    def on_input(self, driver: Driver, kind: str, rid: str) -> None:
-        """At step driver.t a request was submitted (kind "add"; driver.view holds it)
+    def on_input(self, run: RunView, kind: str, rid: str) -> None:
+        """At step run.t a request was submitted (kind "add"; run.view holds it)
         or aborted (kind "abort")."""
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         """One step ran; `events` are its events, `obs` the observation after it."""
 
-    def step_cap(self, driver: Driver) -> int | None:
+    def step_cap(self, run: RunView) -> int | None:
         """The step by which a run must have drained (None: no opinion)."""
         return None
 
-    def at_end(self, driver: Driver, obs: Observation) -> None:
+    def at_end(self, run: RunView, obs: Observation) -> None:
         """The run drained; `obs` is the last observation."""
 
 
@@ -97,17 +140,17 @@ class Ignoring(Check):
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return self.inner.unavailable(caps, cfg)
 
-    def on_input(self, driver: Driver, kind: str, rid: str) -> None:
-        self._guarded(lambda: self.inner.on_input(driver, kind, rid), driver.t)
+    def on_input(self, run: RunView, kind: str, rid: str) -> None:
+        self._guarded(lambda: self.inner.on_input(run, kind, rid), run.t)
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        self._guarded(lambda: self.inner.after_step(driver, events, obs), driver.t - 1)
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        self._guarded(lambda: self.inner.after_step(run, events, obs), run.t - 1)
 
-    def step_cap(self, driver: Driver) -> int | None:
-        return None if self.broken else self.inner.step_cap(driver)
+    def step_cap(self, run: RunView) -> int | None:
+        return None if self.broken else self.inner.step_cap(run)
 
-    def at_end(self, driver: Driver, obs: Observation) -> None:
-        self._guarded(lambda: self.inner.at_end(driver, obs), max(driver.t - 1, 0))
+    def at_end(self, run: RunView, obs: Observation) -> None:
+        self._guarded(lambda: self.inner.at_end(run, obs), max(run.t - 1, 0))
 
     def _guarded(self, hook: Callable[[], None], step: int) -> None:
         """Run the hook of step `step` (the step a violation is pinned to, as the

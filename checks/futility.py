@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from loopcheck.checks.base import Check, Violation
+from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.rules import turn_preemptions
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event
 from loopcheck.sut.protocol import Capabilities, Observation
 from loopcheck.sut.view import RUNNING
-
-if TYPE_CHECKING:
-    from loopcheck.sut.driver import Driver
 
 
 class GuardedFutility(Check):
@@ -34,11 +29,11 @@ class GuardedFutility(Check):
             return "only the guarded policy promises preflight-checked preemptions"
         return None
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         came_in = {e.rid for e in events if e.kind in ("admit", "resume")}
         if not any(e.kind == "preempt" for e in events):
             return
-        view, bs = driver.view, driver.cfg.block_size
+        view, bs = run.view, run.cfg.block_size
         before = view.before
         futile = [e for e in turn_preemptions(events, before) if e.by not in came_in]
         running = {rid for rid, status in before.items() if status == RUNNING} | came_in
@@ -47,7 +42,7 @@ class GuardedFutility(Check):
             head = view.requests[by].spec.prompt[:bs]
             sharers = [rid for rid in running - {by, e.rid}
                        if len(view.requests[rid].spec.prompt) >= bs and view.requests[rid].spec.prompt[:bs] == head]
-            if not (driver.cfg.prefix_caching and len(view.requests[by].spec.prompt) > bs and sharers):
+            if not (run.cfg.prefix_caching and len(view.requests[by].spec.prompt) > bs and sharers):
                 raise Violation("futile-preemption", f"{e}: the guarded policy preempted {e.rid} for {by}, which "
                                                      "was not admitted in the same step, and no pending prefix pages "
                                                      "explain it")

@@ -3,17 +3,12 @@ keep, and its outputs agree with its limits. Read from the events alone."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from loopcheck.checks.base import Check, Violation
+from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.needs import lifetime_blocks
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event, Finish, Preempt, Prefill, Resume, Token
 from loopcheck.sut.protocol import Capabilities, Observation
 from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, SUBMITTED, WAITING
-
-if TYPE_CHECKING:
-    from loopcheck.sut.driver import Driver
 
 # The statuses (as the events so far report them) in which each event may come.
 ALLOWED = {"arrive": {SUBMITTED}, "reject": {WAITING}, "abort": {SUBMITTED, WAITING, RUNNING, PREEMPTED},
@@ -33,8 +28,8 @@ class Lifecycle(Check):
 
     props = ("lifecycle", "lone-preemption")
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        view, cfg = driver.view, driver.cfg
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        view, cfg = run.view, run.cfg
         status = dict(view.before)
         for e in events:
             now = status.get(e.rid, SUBMITTED)
@@ -95,8 +90,8 @@ class Work(Check):
         self.in_flight: dict[str, tuple[int, int, int]] = {}   # request -> its WCPB chunk short of num_loops
         self.kept: dict[str, int] = {}   # preempted request -> the positions its CPU snapshot kept
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        view, loops = driver.view, driver.cfg.num_loops
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        view, loops = run.view, run.cfg.num_loops
         worked: dict[str, Event] = {}   # request -> its prefill or token so far in the step
         for e, tokens, reach in zip(events, view.tokens_before, view.reach_before, strict=True):
             ran = worked.get(e.rid) if e.kind in ("prefill", "token") else None
@@ -111,7 +106,7 @@ class Work(Check):
                 if not 0 <= start < end <= known:
                     raise Violation("work", f"{e}: positions {start}..{end} of {e.rid}, which has {known} "
                                             f"(prompt and tokens so far)", rule="prefill-past-known")
-                self._depth_order(e, driver.cfg.wcpb, loops)
+                self._depth_order(e, run.cfg.wcpb, loops)
                 if reach is not None and start > reach:
                     raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
                                             f"reach only {reach}, so positions {reach}..{start} were skipped",
@@ -128,9 +123,9 @@ class Work(Check):
                     raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
                                             f"reach only {reach}, so positions {reach}..{needed} were not computed "
                                             f"before its token {index}", rule="token-uncomputed")
-                if not driver.cfg.min_loops <= depth <= loops:
+                if not run.cfg.min_loops <= depth <= loops:
                     raise Violation("work", f"{e}: exit depth {depth} outside min_loops..num_loops "
-                                            f"({driver.cfg.min_loops}..{loops})", rule="exit-depth")
+                                            f"({run.cfg.min_loops}..{loops})", rule="exit-depth")
                 if e.rid in self.in_flight:
                     raise self._unfinished_chunk(e, loops)
             elif e.kind in ("admit", "resume", "preempt", "rewind", "finish"):
@@ -138,7 +133,7 @@ class Work(Check):
                 kept = self.kept.pop(e.rid, 0)
                 if isinstance(e, Preempt) and e.keeps_tokens:
                     self.kept[e.rid] = reach or 0
-                elif isinstance(e, Resume) and e.restored > max(0, kept - e.hit_pages * driver.cfg.block_size):
+                elif isinstance(e, Resume) and e.restored > max(0, kept - e.hit_pages * run.cfg.block_size):
                     raise Violation("work", f"{e}: {e.rid} restores {e.restored} positions past its hit pages, but "
                                             f"its preemption kept {kept} in a snapshot", rule="restore-past-snapshot")
 
@@ -184,21 +179,21 @@ class Aborts(Check):
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return None if caps.abort else "the system takes no aborts (capabilities.abort)"
 
-    def on_input(self, driver: Driver, kind: str, rid: str) -> None:
+    def on_input(self, run: RunView, kind: str, rid: str) -> None:
         if kind == "abort":
             self.aborted.append(rid)
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         if not self.aborted:
             return
         reasons = {e.rid: e.reason for e in events if isinstance(e, Finish)}
         for rid in self.aborted:
-            status = driver.view.requests[rid].status
+            status = run.view.requests[rid].status
             if status != FINISHED:
-                raise Violation("abort", f"{rid} was aborted before step {driver.t - 1} and is still {status} "
+                raise Violation("abort", f"{rid} was aborted before step {run.t - 1} and is still {status} "
                                          "after it", rule="not-ended")
             if rid in reasons and reasons[rid] not in ("abort", "rejected"):
-                raise Violation("abort", f"{rid} was aborted before step {driver.t - 1} and finished in it for "
+                raise Violation("abort", f"{rid} was aborted before step {run.t - 1} and finished in it for "
                                          f"{reasons[rid]}", rule="wrong-finish")
         self.aborted = []
 
@@ -215,8 +210,8 @@ class PrefixHits(Check):
 
     props = ("prefix-hits",)
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        view, cfg = driver.view, driver.cfg
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        view, cfg = run.view, run.cfg
         for e, pages in view.hit_pages:
             if pages and not cfg.prefix_caching:
                 raise Violation("prefix-hits", f"{e}: {len(pages)} prefix-cache hits with prefix caching off",
@@ -243,16 +238,16 @@ class PromptOnly(Check):
     def __init__(self) -> None:
         self.computed: dict[str, bool] = {}   # prompt-only request -> its prompt computed at every depth
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         for e in events:
-            spec = driver.view.requests[e.rid].spec
+            spec = run.view.requests[e.rid].spec
             if spec.max_tokens != 0:
                 continue
             prompt = len(spec.prompt)
             if e.kind in ("admit", "resume", "preempt", "rewind"):
                 self.computed[e.rid] = False
             elif isinstance(e, Prefill):
-                self.computed[e.rid] = e.end >= prompt and e.depth == driver.cfg.num_loops
+                self.computed[e.rid] = e.end >= prompt and e.depth == run.cfg.num_loops
             elif isinstance(e, Finish) and e.reason == "length" and not self.computed.get(e.rid, False):
                 raise Violation("work", f"{e}: {e.rid} has max_tokens 0 and finished for length before its prompt "
                                         f"({prompt} positions) was computed at every depth", rule="prompt-not-computed")
@@ -280,8 +275,8 @@ class CachedPages(Check):
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return None if caps.cached_pages else NO_CACHE_VIEW
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        computed, bs = driver.view.computed_pages, driver.cfg.block_size
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        computed, bs = run.view.computed_pages, run.cfg.block_size
         for page in obs.cached_pages:
             if hash(page) not in computed:
                 raise Violation("prefix-hits", f"the prefix cache holds page {len(page) // bs - 1} of tokens "

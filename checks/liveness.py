@@ -6,17 +6,13 @@ it preempted for it."""
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
 
-from loopcheck.checks.base import Check, Violation
+from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.needs import admission_blocks, lifetime_blocks, never_fits
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event, Finish, Preempt
 from loopcheck.sut.protocol import Capabilities, Observation
 from loopcheck.sut.view import FINISHED, PREEMPTED, WAITING
-
-if TYPE_CHECKING:
-    from loopcheck.sut.driver import Driver
 
 
 class Progress(Check):
@@ -32,28 +28,28 @@ class Progress(Check):
         self.seen: dict[Hashable, int] = {}
         self.quiet = 0
 
-    def on_input(self, driver: Driver, kind: str, rid: str) -> None:
+    def on_input(self, run: RunView, kind: str, rid: str) -> None:
         self.seen.clear()
         self.quiet = 0
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        if driver.drained() or driver.t <= driver.inputs_until:
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        if run.drained() or run.t <= run.inputs_until:
             return
         key = obs.state_key
-        if key is not None and driver.sut.capabilities.state_key:
-            if not events and self.seen.get(key) == driver.t - 1:
-                raise Violation("stall", f"nothing happens and nothing changes after step {driver.t - 1}; "
-                                         f"unfinished: {_names(driver)}", {"start": driver.t - 1, "length": 1},
+        if key is not None and run.caps.state_key:
+            if not events and self.seen.get(key) == run.t - 1:
+                raise Violation("stall", f"nothing happens and nothing changes after step {run.t - 1}; "
+                                         f"unfinished: {_names(run)}", {"start": run.t - 1, "length": 1},
                                 rule="state-repeats")
             if key in self.seen:
                 start = self.seen[key]
-                raise Violation("livelock", f"the state after step {driver.t - 1} repeats the state after step "
-                                            f"{start - 1}; unfinished: {_names(driver)}",
-                                {"start": start, "length": driver.t - start})
-            self.seen[key] = driver.t
+                raise Violation("livelock", f"the state after step {run.t - 1} repeats the state after step "
+                                            f"{start - 1}; unfinished: {_names(run)}",
+                                {"start": start, "length": run.t - start})
+            self.seen[key] = run.t
         self.quiet = 0 if events else self.quiet + 1
         if self.quiet >= self.stall_steps:
-            raise Violation("stall", f"{self.quiet} steps in a row with no event; unfinished: {_names(driver)}",
+            raise Violation("stall", f"{self.quiet} steps in a row with no event; unfinished: {_names(run)}",
                             rule="quiet-steps")
 
 
@@ -69,26 +65,26 @@ class NeverFitRejected(Check):
         self.within = within
         self.submitted: dict[str, int] = {}   # unfinished requests that never fit -> submission step
 
-    def on_input(self, driver: Driver, kind: str, rid: str) -> None:
-        if kind == "add" and never_fits(driver.view.requests[rid].spec, driver.cfg):
-            self.submitted[rid] = driver.t
+    def on_input(self, run: RunView, kind: str, rid: str) -> None:
+        if kind == "add" and never_fits(run.view.requests[rid].spec, run.cfg):
+            self.submitted[rid] = run.t
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        cfg = driver.cfg
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        cfg = run.cfg
         for e in events:
-            spec = driver.view.requests[e.rid].spec
+            spec = run.view.requests[e.rid].spec
             if isinstance(e, Finish) and e.reason == "rejected" and not never_fits(spec, cfg):
                 raise Violation("fit-rejected", f"{e.rid} was rejected although it needs "
                                                 f"{lifetime_blocks(spec, cfg)} of {cfg.num_blocks} blocks")
         for rid, t in list(self.submitted.items()):
-            r = driver.view.requests[rid]
+            r = run.view.requests[rid]
             if r.status == FINISHED:
                 del self.submitted[rid]
-            elif driver.t - t >= self.within:
-                others = [x.spec.rid for x in driver.view.unfinished() if x.spec.rid != rid]
+            elif run.t - t >= self.within:
+                others = [x.spec.rid for x in run.view.unfinished() if x.spec.rid != rid]
                 raise Violation("never-fit-not-rejected",
                                 f"{rid} needs {lifetime_blocks(r.spec, cfg)} blocks, the pool has {cfg.num_blocks}; "
-                                f"still {r.status} {driver.t - t} steps after submission"
+                                f"still {r.status} {run.t - t} steps after submission"
                                 + (f", with {', '.join(others)} unfinished" if others else ""))
 
 
@@ -111,8 +107,8 @@ class PriorityWaiting(Check):
             return "the system claims no priority preemption (capabilities.priorities)"
         return None if caps.kv else "the system reports no KV accounting (capabilities.kv)"
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        cfg, view = driver.cfg, driver.view
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        cfg, view = run.cfg, run.view
         free = cfg.num_blocks - obs.blocks_held
         free_before, self.free_before = (self.free_before if self.free_before is not None else cfg.num_blocks), free
         before = view.before
@@ -147,10 +143,10 @@ class PriorityVictims(Check):
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return None if caps.priorities else "the system claims no priority preemption (capabilities.priorities)"
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        if not driver.cfg.priority_preemption:
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        if not run.cfg.priority_preemption:
             return
-        requests = driver.view.requests
+        requests = run.view.requests
         for e in events:
             by = e.by if isinstance(e, Preempt) else None
             if by is not None and requests[by].spec.priority > requests[e.rid].spec.priority:
@@ -159,6 +155,6 @@ class PriorityVictims(Check):
                                                    f"{requests[by].spec.priority})")
 
 
-def _names(driver: Driver) -> str:
-    names = [r.spec.rid for r in driver.view.unfinished()]
+def _names(run: RunView) -> str:
+    names = [r.spec.rid for r in run.view.unfinished()]
     return ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")

@@ -4,18 +4,13 @@ step. Only for systems that implement docs/semantics.md (capabilities.semantics
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from loopcheck.checks.base import Check, Violation
+from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.model.bounds import preemption_bound
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event
 from loopcheck.model.invariants import step_violations
 from loopcheck.sut.model_sut import ModelSUT
 from loopcheck.sut.protocol import Capabilities, Observation
-
-if TYPE_CHECKING:
-    from loopcheck.sut.driver import Driver
 
 
 def _semantics(caps: Capabilities) -> str | None:
@@ -42,20 +37,20 @@ class Lockstep(Check):
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return _semantics(caps)
 
-    def _model(self, driver: Driver) -> ModelSUT:
+    def _model(self, run: RunView) -> ModelSUT:
         if self.model is None:
-            self.model = ModelSUT(driver.cfg)
+            self.model = ModelSUT(run.cfg)
         return self.model
 
-    def on_input(self, driver: Driver, kind: str, rid: str) -> None:
-        model = self._model(driver)
+    def on_input(self, run: RunView, kind: str, rid: str) -> None:
+        model = self._model(run)
         if kind == "add":
-            model.add(driver.view.requests[rid].spec)
+            model.add(run.view.requests[rid].spec)
         else:
             model.abort(rid)
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        model = self._model(driver)
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        model = self._model(run)
         model.feed(events)
         before = model.state
         model_events = model.step()
@@ -67,7 +62,7 @@ class Lockstep(Check):
             problems.append(f"blocks held: model {mobs.blocks_held}, system {obs.blocks_held}")
         if problems:
             prop = "conformance" if "events differ" in problems else "kv-conservation"
-            raise Violation(prop, divergence(driver.t - 1, model_events, events, problems),
+            raise Violation(prop, divergence(run.t - 1, model_events, events, problems),
                             rule="" if prop == "conformance" else "lockstep")
         problems = step_violations(before, model.state, model_events, model.env.workload)
         if problems:
@@ -83,7 +78,7 @@ class ModelBounds(Check):
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return _semantics(caps)
 
-    def at_end(self, driver: Driver, obs: Observation) -> None:
-        bound = preemption_bound(driver.workload())
-        if bound is not None and driver.counters.preemptions > bound:
-            raise Violation("preemption-bound", f"{driver.counters.preemptions} preemptions > bound {bound}")
+    def at_end(self, run: RunView, obs: Observation) -> None:
+        bound = preemption_bound(run.workload())
+        if bound is not None and run.counters.preemptions > bound:
+            raise Violation("preemption-bound", f"{run.counters.preemptions} preemptions > bound {bound}")

@@ -6,28 +6,24 @@ same from there on, which is what lets an exploration merge them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING
 
-from loopcheck.checks.base import Check, Ignoring
+from loopcheck.checks.base import Check, Ignoring, RunView
 from loopcheck.checks.liveness import NeverFitRejected, Progress
 from loopcheck.checks.lockstep import Lockstep, ModelBounds
 from loopcheck.sut.canonical import canonical
 
-if TYPE_CHECKING:
-    from loopcheck.sut.driver import Driver
 
-
-def _progress(check: Progress, driver: Driver) -> Hashable:
+def _progress(check: Progress, run: RunView) -> Hashable:
     # only the quiet steps: the states seen are what an exploration's graph holds (every repeat is found there)
     return min(check.quiet, check.stall_steps)
 
 
-def _never_fit(check: NeverFitRejected, driver: Driver) -> Hashable:
+def _never_fit(check: NeverFitRejected, run: RunView) -> Hashable:
     # each watched request and how long ago it was submitted, which is all that is judged of it
-    return tuple(sorted((rid, min(driver.t - t, check.within)) for rid, t in check.submitted.items()))
+    return tuple(sorted((rid, min(run.t - t, check.within)) for rid, t in check.submitted.items()))
 
 
-def _lockstep(check: Lockstep, driver: Driver) -> Hashable:
+def _lockstep(check: Lockstep, run: RunView) -> Hashable:
     # the reference model's state but its step counter, and the requests it was given
     if check.model is None:
         return None
@@ -35,8 +31,8 @@ def _lockstep(check: Lockstep, driver: Driver) -> Hashable:
     return canonical((s.reqs, s.free, s.cache, s.guard, check.model.env.workload.requests))
 
 
-def _model_bounds(check: ModelBounds, driver: Driver) -> Hashable:
-    return driver.counters.preemptions   # (judged against the bound at the end)
+def _model_bounds(check: ModelBounds, run: RunView) -> Hashable:
+    return run.counters.preemptions   # (judged against the bound at the end)
 
 
 # The checks that keep step numbers or objects, by what they mean; any other check by all its fields.
@@ -44,25 +40,25 @@ _SPECIAL: dict[type, Callable[..., Hashable]] = {
     Progress: _progress, NeverFitRejected: _never_fit, Lockstep: _lockstep, ModelBounds: _model_bounds}
 
 
-def check_memory(check: Check, driver: Driver) -> Hashable:
-    """What `check` remembers of `driver`'s run that its later judgements read
+def check_memory(check: Check, run: RunView) -> Hashable:
+    """What `check` remembers of the run that its later judgements read
     (an ignoring check that broke remembers nothing: it judges no more)."""
     if isinstance(check, Ignoring):
-        return None if check.broken else check_memory(check.inner, driver)
+        return None if check.broken else check_memory(check.inner, run)
     special = _SPECIAL.get(type(check))
-    return special(check, driver) if special else canonical(vars(check))
+    return special(check, run) if special else canonical(vars(check))
 
 
-def asked(driver: Driver) -> Hashable:
+def asked(run: RunView) -> Hashable:
     """What was asked of each unfinished request that later judgements read: its
     prompt, max_tokens and stop token, its priority where the system claims
     priority scheduling (else no check reads it), and whether it was aborted."""
-    caps = driver.sut.capabilities
+    caps = run.caps
     return tuple((s.prompt, s.max_tokens, s.stop_token, s.priority if caps.priorities else None,
-                  s.abort_at is not None) for s in driver.specs if driver.view.requests[s.rid].finish is None)
+                  s.abort_at is not None) for s in run.specs if run.view.requests[s.rid].finish is None)
 
 
-def run_memory(driver: Driver) -> Hashable:
-    """What `driver`'s run remembers for its later judgements besides the system's
+def run_memory(run: RunView) -> Hashable:
+    """What the run remembers for its later judgements besides the system's
     own state (docs/exploring.md says why a state key is sound with it)."""
-    return (driver.view.memory(), asked(driver), tuple(check_memory(c, driver) for c in driver.checks))
+    return (run.view.memory(), asked(run), tuple(check_memory(c, run) for c in run.checks))

@@ -3,19 +3,16 @@ produces for the same workload on an unconstrained config."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
-from loopcheck.checks.base import Check, Violation
+from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.needs import lifetime_blocks, never_fits
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import RequestOutput
 from loopcheck.model.workload import Workload
-from loopcheck.sut.protocol import Observation, SutFactory
-
-if TYPE_CHECKING:
-    from loopcheck.sut.driver import Driver
+from loopcheck.sut.protocol import Observation
 
 
 def roomy(n: int) -> int:
@@ -52,30 +49,27 @@ class OutputEquivalence(Check):
 
     props = ("output-equivalence",)
 
-    def at_end(self, driver: Driver, obs: Observation) -> None:
-        # (the run on the unconstrained config is remembered for workloads met again: `reference_run`)
-
-        workload = driver.workload()
+    def at_end(self, run: RunView, obs: Observation) -> None:
+        workload = run.workload()
         if not workload.requests:
             return
-        caps = driver.sut.capabilities
+        caps = run.caps
         ref_cfg = unconstrained(workload, caps.pinned)
         try:
-            ref = reference_run(Workload(ref_cfg, workload.requests), driver.factory,
-                                driver.default_cap())
+            ref = run.reference(Workload(ref_cfg, workload.requests), run.default_cap())
         except WorkloadError as exc:
-            driver.skipped[self.label] = f"the system refuses the unconstrained config: {exc}"
+            run.skipped[self.label] = f"the system refuses the unconstrained config: {exc}"
             return
         if ref.violation is not None:   # the system's own crash or hang there: named as where it happened
             raise Violation(ref.violation.prop, f"on the unconstrained config of this workload: {ref.violation}",
                             where=ref.violation.where, rule=ref.violation.rule)
         if not ref.drained:
-            driver.skipped[self.label] = "the run on the unconstrained config did not drain (a liveness bug there)"
+            run.skipped[self.label] = "the run on the unconstrained config did not drain (a liveness bug there)"
             return
         want = ref.observation
-        same_pool = ref_cfg.num_blocks == driver.cfg.num_blocks
+        same_pool = ref_cfg.num_blocks == run.cfg.num_blocks
         for s in workload.requests:
-            if s.abort_at is not None or never_fits(s, driver.cfg):
+            if s.abort_at is not None or never_fits(s, run.cfg):
                 continue
             got_o, want_o = obs.outputs[s.rid].to_json(), want.outputs[s.rid].to_json()
             if got_o != want_o:
@@ -94,8 +88,8 @@ class ReportedOutputs(Check):
 
     props = ("reported-outputs",)
 
-    def at_end(self, driver: Driver, obs: Observation) -> None:
-        for rid, r in driver.view.requests.items():
+    def at_end(self, run: RunView, obs: Observation) -> None:
+        for rid, r in run.view.requests.items():
             out = obs.outputs.get(rid)
             if out is None:
                 continue
@@ -103,33 +97,3 @@ class ReportedOutputs(Check):
             if out.to_json() != events:
                 raise Violation("reported-outputs", f"{rid}: the system reports {out.to_json()}, its events "
                                                     f"said {events}")
-
-
-REFERENCE_RUNS_KEPT = 2048   # unconstrained runs remembered per process (an exploration ends many runs alike)
-_reference_runs: dict[tuple, Reference] = {}   # (oldest first)
-
-
-@dataclass(frozen=True)
-class Reference:
-    """What output equivalence reads of a run on the unconstrained config."""
-
-    violation: Violation | None
-    drained: bool
-    observation: Observation
-
-
-def reference_run(workload: Workload, factory: SutFactory, max_steps: int) -> Reference:
-    """The run of `workload` on the system `factory` builds, without checks, to
-    `max_steps`; the same workload again (systems are deterministic) is not run
-    again while it is among the last REFERENCE_RUNS_KEPT."""
-    from loopcheck.sut.driver import run_workload
-
-    key = (factory, workload, max_steps)
-    found = _reference_runs.pop(key, None)
-    if found is None:
-        run = run_workload(workload, factory, (), max_steps=max_steps)
-        found = Reference(run.violation, run.drained, run.observation)
-        if len(_reference_runs) >= REFERENCE_RUNS_KEPT:
-            del _reference_runs[next(iter(_reference_runs))]
-    _reference_runs[key] = found
-    return found

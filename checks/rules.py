@@ -6,17 +6,13 @@ snapshots."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
-from loopcheck.checks.base import Check, Violation
+from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.needs import lifetime_blocks
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event, Preempt
 from loopcheck.sut.protocol import Capabilities, Internals, Observation
 from loopcheck.sut.view import AFTER, PREEMPTED, RUNNING, SUBMITTED, WAITING
-
-if TYPE_CHECKING:
-    from loopcheck.sut.driver import Driver
 
 QUEUED = (WAITING, PREEMPTED)
 
@@ -71,15 +67,15 @@ class DocumentedRules(Check):
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return None if caps.semantics == "loopcheck" else "the system does not claim loopcheck's semantics"
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        view, cfg = driver.view, driver.cfg
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        view, cfg = run.view, run.cfg
         before = view.before
         self._one_victim_per_turn(events, before)
-        self._victim_order(driver, events, before)
-        self._fold_bypasses(driver, events, before)
-        if not driver.sut.capabilities.internals:
+        self._victim_order(run, events, before)
+        self._fold_bypasses(run, events, before)
+        if not run.caps.internals:
             return
-        now = driver.internals()
+        now = run.internals()
         status = {rid: r.status for rid, r in view.open.items()}
         queued = {rid for rid, s in status.items() if s in QUEUED}
         counted = {rid: self.bypasses[rid] for rid in queued}
@@ -108,7 +104,7 @@ class DocumentedRules(Check):
                                               "preempts one victim per turn")
 
     @staticmethod
-    def _victim_order(driver: Driver, events: list[Event], before: dict[str, str]) -> None:
+    def _victim_order(run: RunView, events: list[Event], before: dict[str, str]) -> None:
         """The least urgent eligible running request is the victim: for a running
         request growing, the one with the largest key above its own (else itself);
         for a waiting one under the unguarded policy, the one with the largest key
@@ -118,8 +114,8 @@ class DocumentedRules(Check):
         allocation and no prefix caching a candidate holding at least the
         victim's blocks passes whenever the victim does, so no less urgent
         candidate may hold that many."""
-        cfg = driver.cfg
-        spec = {rid: r.spec for rid, r in driver.view.requests.items()}
+        cfg = run.cfg
+        spec = {rid: r.spec for rid, r in run.view.requests.items()}
         unguarded = cfg.preemption_policy == "unguarded"
         exact_blocks = cfg.allocation == "upfront" and not cfg.prefix_caching
         status = dict(before)
@@ -145,8 +141,8 @@ class DocumentedRules(Check):
                                                     f"{expected}, not {e.rid}")
             status[e.rid] = AFTER.get(e.kind, status.get(e.rid, SUBMITTED))
 
-    def _fold_bypasses(self, driver: Driver, events: list[Event], before: dict[str, str]) -> None:
-        view, limit = driver.view, driver.cfg.max_bypasses
+    def _fold_bypasses(self, run: RunView, events: list[Event], before: dict[str, str]) -> None:
+        view, limit = run.view, run.cfg.max_bypasses
         came_in = {e.rid for e in events if e.kind in ("admit", "resume")}
         self_preempted = {e.rid for e in events if isinstance(e, Preempt) and e.by == e.rid}
         skipped = sorted((view.requests[rid].spec.key, rid) for rid, r in view.open.items()

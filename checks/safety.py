@@ -4,18 +4,13 @@ request's table lists, and the blocks its prefix-cache hits read."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from loopcheck.checks.base import Check, Violation
+from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.needs import covered_blocks, held_at_most
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event
 from loopcheck.model.invariants import batch_tokens
 from loopcheck.sut.protocol import Capabilities, Observation
 from loopcheck.sut.view import RUNNING, RequestView, computed
-
-if TYPE_CHECKING:
-    from loopcheck.sut.driver import Driver
 
 NO_TABLES = "the system reports no block tables (capabilities.block_tables)"   # why the table checks cannot run
 
@@ -26,9 +21,9 @@ class Caps(Check):
 
     props = ("seq-cap", "token-cap")
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        cfg = driver.cfg
-        running = driver.view.running()
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        cfg = run.cfg
+        running = run.view.running()
         if running > cfg.max_num_seqs:
             raise Violation("seq-cap", f"{running} requests running > max_num_seqs {cfg.max_num_seqs}")
         tokens = batch_tokens(events)
@@ -50,31 +45,31 @@ class KvConservation(Check):
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return None if caps.kv else "the system reports no KV accounting (capabilities.kv)"
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         if obs.kv_errors:
             raise Violation("kv-conservation", "; ".join(obs.kv_errors), rule="reported-errors")
-        if obs.blocks_held > driver.cfg.num_blocks or obs.blocks_held < 0:
+        if obs.blocks_held > run.cfg.num_blocks or obs.blocks_held < 0:
             raise Violation("kv-conservation", f"{obs.blocks_held} blocks held of a pool of "
-                                               f"{driver.cfg.num_blocks}", rule="held-out-of-range")
-        if not driver.view.unfinished() and obs.blocks_held:
+                                               f"{run.cfg.num_blocks}", rule="held-out-of-range")
+        if not run.view.unfinished() and obs.blocks_held:
             raise Violation("kv-conservation", f"every request finished, but {obs.blocks_held} blocks "
                                                "are still held", rule="held-after-finish")
-        running = [r for r in driver.view.open.values() if r.status == RUNNING]
+        running = [r for r in run.view.open.values() if r.status == RUNNING]
 
         def reached() -> str:   # for the messages only
             return ", ".join(f"{r.spec.rid} 0..{r.reach}" for r in running if r.reach) or "none"
 
-        covered = covered_blocks(running, driver.cfg)
+        covered = covered_blocks(running, run.cfg)
         if obs.blocks_held < covered:
             raise Violation("kv-coverage", f"the running requests have KV for positions ({reached()}) that take "
                                            f"at least {covered} blocks, but {obs.blocks_held} are held")
-        most = held_at_most(running, driver.cfg)
+        most = held_at_most(running, run.cfg)
         if obs.blocks_held > most:
             raise Violation("kv-excess", f"{obs.blocks_held} blocks held, but the running requests (positions "
-                                         f"{reached()}) hold at most {most} under {driver.cfg.allocation} "
+                                         f"{reached()}) hold at most {most} under {run.cfg.allocation} "
                                          "allocation: the rest is held by no running request")
 
-    def at_end(self, driver: Driver, obs: Observation) -> None:
+    def at_end(self, run: RunView, obs: Observation) -> None:
         if obs.blocks_held:
             raise Violation("kv-conservation", f"drained, but {obs.blocks_held} blocks are still held",
                             rule="held-after-drain")
@@ -99,10 +94,10 @@ class KvTables(Check):
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return None if caps.block_tables else NO_TABLES
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        cfg = driver.cfg
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        cfg = run.cfg
         first_holder: dict[int, tuple[RequestView, int]] = {}   # block -> the first table and page listing it
-        for r in driver.view.open.values():
+        for r in run.view.open.values():
             if r.status != RUNNING:
                 continue
             pages, rid = obs.block_tables.get(r.spec.rid, []), r.spec.rid
@@ -177,8 +172,8 @@ class KvHitBlocks(Check):
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         return None if caps.block_tables else NO_TABLES
 
-    def after_step(self, driver: Driver, events: list[Event], obs: Observation) -> None:
-        view, bs = driver.view, driver.cfg.block_size
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        view, bs = run.view, run.cfg.block_size
         running = [r for r in view.open.values() if r.status == RUNNING]
         tables = {r.spec.rid: obs.block_tables.get(r.spec.rid, []) for r in running}
         holders: dict[int, int] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loopcheck.checks.base import Check, Ignoring
+from loopcheck.checks.base import DRIVER_PROPERTIES, Check, Ignoring
 from loopcheck.checks.futility import GuardedFutility
 from loopcheck.checks.lifecycle import Aborts, CachedPages, Lifecycle, PrefixHits, PromptOnly, Work
 from loopcheck.checks.liveness import NeverFitRejected, PriorityVictims, PriorityWaiting, Progress
@@ -20,7 +20,6 @@ from loopcheck.checks.rules import DocumentedRules
 from loopcheck.checks.safety import Caps, KvConservation, KvHitBlocks, KvTables
 from loopcheck.checks.signatures import PLACED, RULES, current
 from loopcheck.model.errors import WorkloadError
-from loopcheck.sut.driver import DRIVER_PROPERTIES
 
 MODES = ("property", "lockstep")
 

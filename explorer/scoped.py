@@ -35,14 +35,15 @@ from loopcheck.checks.base import Violation, ignored
 from loopcheck.checks.memory import run_memory
 from loopcheck.checks.needs import never_fits
 from loopcheck.checks.suite import CheckSet
+from loopcheck.driver.coverage import EdgeCoverage
+from loopcheck.driver.driver import Driver, RunEnded, run_workload
 from loopcheck.explorer.scope import MOST, NEVER, Scope
 from loopcheck.model.config import Config
-from loopcheck.model.errors import StopRequest, WorkloadError
+from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event
 from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.runctl.stop import StopRequest
 from loopcheck.sut.canonical import canonical, digest
-from loopcheck.sut.coverage import EdgeCoverage
-from loopcheck.sut.driver import Driver, RunEnded, run_workload
 from loopcheck.sut.protocol import Capabilities, ProtocolError, Refused, SutFactory
 from loopcheck.sut.view import SUBMITTED, WAITING
 

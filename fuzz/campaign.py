@@ -18,26 +18,27 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.stateful import get_state_machine_test
 
+from loopcheck.adapters.loader import capabilities_of
 from loopcheck.checks.base import Violation
 from loopcheck.checks.counterexample import numbered_paths, recorded_violation, write_counterexample
 from loopcheck.checks.suite import CheckSet
+from loopcheck.driver.coverage import EdgeCoverage
+from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.directed import Director
 from loopcheck.fuzz.hypothesis_constants import no_local_constants
-from loopcheck.fuzz.machine import LAST_FAILURE, LOCKSTEP, Stats, machine_class, record_failure
+from loopcheck.fuzz.machine import LAST_FAILURE, Stats, machine_class, record_failure
 from loopcheck.fuzz.mutate import Limits
 from loopcheck.fuzz.seeds import derived_seed
+from loopcheck.fuzz.settings import CampaignSettings, MachineSettings
 from loopcheck.fuzz.shrink import NotReproduced, shrink
-from loopcheck.fuzz.strategies import DEFAULT_SHAPE, Shape, configs, request_sizes
+from loopcheck.fuzz.strategies import configs, request_sizes
 from loopcheck.model.config import Config, regression_config
-from loopcheck.model.errors import StopRequest, WorkloadError, exit_code
+from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import Workload, load_workload, workload_from_json
+from loopcheck.runctl.stop import StopRequest, exit_code
 from loopcheck.sut.code import code_paths
-from loopcheck.sut.coverage import EdgeCoverage
-from loopcheck.sut.driver import run_workload
-from loopcheck.sut.loader import capabilities_of
 from loopcheck.sut.protocol import SutFactory
-from loopcheck.sut.torch_sut import TorchSUT
 
 DEFAULT_REPLAYS = 400   # shrinking's work bound when the budget governs it
 
@@ -142,12 +143,7 @@ class Hunt:
     found: Violation | None = None
 
 
-def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path, mode: str = "regression",
-                 db: str | None = None, factory: SutFactory = TorchSUT, checks: CheckSet = LOCKSTEP,
-                 shape: Shape = DEFAULT_SHAPE, batch_examples: int = 20, max_replays: int | None = None,
-                 progress: Callable[[str], None] | None = None, fixed: dict[str, Any] | None = None,
-                 keep_going: bool = False, max_examples: int | None = None, guidance: str | None = None
-                 ) -> CampaignResult:
+def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None = None) -> CampaignResult:
     """Replay the directed failures and the corpus the database kept, then run
     seeded batches, each followed by the rounds of the `guidance` (GUIDANCE;
     default `default_guidance`; the corpus's until they ran as many mutants as
@@ -161,23 +157,24 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
     for byte). `max_examples` ends the search after that many examples too (a
     work bound: with `max_replays`, a fresh output folder and no shared database,
     the same seed gives the same campaign on any machine under any load).
-    `fixed` pins config fields beyond those the system pins.
     `checks`: the checks of each run (violations they ignore are counted, not
-    reported)."""
+    reported). `progress` gets a line about every 2 s."""
+    policy, budget_seconds, seed_value, out, mode = run.policy, run.budget_seconds, run.seed, run.out, run.mode
+    factory, batch_examples, max_replays, keep_going = run.factory, run.batch_examples, run.max_replays, run.keep_going
     out.mkdir(parents=True, exist_ok=True)
     (out / LAST_FAILURE).unlink(missing_ok=True)
     stats = Stats()
     caps = capabilities_of(factory)
-    pinned = {**(fixed or {}), **caps.pinned}
+    pinned = {**run.fixed, **caps.pinned}
     strategy, sizes = config_strategy(mode, policy, pinned)
     start = time.monotonic()
-    hunt = Hunt(factory, checks, out, stats, start, open_database(db, out))
+    hunt = Hunt(factory, run.checks, out, stats, start, open_database(run.db, out))
     result = CampaignResult(seed_value, 0.0, stats)
-    stats.deadline, stats.max_examples = start + budget_seconds, max_examples
+    stats.deadline, stats.max_examples = start + budget_seconds, run.max_examples
     if progress:   # a line about every 2 s from the start (`Stats.clock`)
         stats.ticker = lambda: progress(progress_line(time.monotonic() - start, stats))
-    shape_run = shape.without(*caps.refuses, *(() if caps.abort else ("aborts",)))   # nothing it cannot take
-    guides = guidance or default_guidance(caps.semantics)
+    shape_run = run.shape.without(*caps.refuses, *(() if caps.abort else ("aborts",)))   # nothing it cannot take
+    guides = run.guidance or default_guidance(caps.semantics)
     director = Director(directed_configs(mode, policy, pinned), sizes["max_prompt"],
                         derived_seed(seed_value, "directed"), shape_run) if guides in ("model", "both") else None
     if guides in ("system", "both"):
@@ -205,7 +202,8 @@ def run_campaign(policy: str, budget_seconds: float, seed_value: int, out: Path,
                 run_recorded(((w, Counter()) for w in stats.corpus.saved()), hunt)
             while True:
                 if hunt.found is None:
-                    machine = machine_class(strategy, factory, hunt.checks, out, stats, shape=shape_run, **sizes)
+                    machine = machine_class(strategy, MachineSettings(factory, hunt.checks, out, shape=shape_run,
+                                                                      **sizes), stats)
                     run_batches(machine, hunt, seed_value, batches, batch_examples, guided_rounds)
                 if hunt.found is None:
                     break

@@ -1,6 +1,6 @@
 """What a run did, as a set of features, for guidance that needs no model of the
 system: event patterns of its trace, pool occupancy and queue lengths, and the
-edges its own code took (sut/coverage.py). A workload whose run shows a feature
+edges its own code took (driver/coverage.py). A workload whose run shows a feature
 no earlier run showed goes into the corpus (fuzz/corpus.py).
 
 Counts are put in buckets (1, 2, 3, 4-7, 8-15, ...), as AFL does with edge
@@ -14,9 +14,9 @@ import itertools
 from collections import Counter
 from collections.abc import Hashable
 
+from loopcheck.driver.coverage import Edge
 from loopcheck.model.events import Admit, Event, Finish, Preempt, Prefill, Resume
 from loopcheck.model.workload import RequestSpec
-from loopcheck.sut.coverage import Edge
 
 Feature = Hashable
 # Features that only tell a run is new, too fine to aim at: the ones a target is chosen from are the others.

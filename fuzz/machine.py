@@ -1,5 +1,5 @@
 """The stateful machine: Hypothesis adds requests, aborts them and steps a system
-under test through the one driver (sut/driver.py), which runs the checks of the
+under test through the one driver (driver/driver.py), which runs the checks of the
 chosen mode (checks/suite.py) after every step and, at teardown, drains and runs
 the end-of-run checks.
 
@@ -22,28 +22,27 @@ from hypothesis import reject
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, precondition, rule
 
+from loopcheck.adapters.loader import capabilities_of
 from loopcheck.checks.base import Check, Violation, ignored, matches
 from loopcheck.checks.counterexample import write_counterexample
-from loopcheck.checks.suite import CheckSet
+from loopcheck.driver.coverage import Edge, EdgeCoverage
+from loopcheck.driver.driver import Driver, Run, RunEnded
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.features import run_features
 from loopcheck.fuzz.mutate import RunNotes
+from loopcheck.fuzz.settings import MachineSettings
 from loopcheck.fuzz.shrink import separated
-from loopcheck.fuzz.strategies import DEFAULT_SHAPE, VOCAB, Shape, request_bodies
+from loopcheck.fuzz.strategies import VOCAB, Shape, request_bodies
 from loopcheck.model.config import Config
-from loopcheck.model.errors import StopRequest, WorkloadError
+from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Admit, Event, Finish, Preempt, Resume
 from loopcheck.model.workload import RequestSpec, Workload
-from loopcheck.report import Ticker
-from loopcheck.sut.coverage import Edge, EdgeCoverage
-from loopcheck.sut.driver import Driver, Run, RunEnded
-from loopcheck.sut.loader import capabilities_of
+from loopcheck.runctl.stop import StopRequest
+from loopcheck.runctl.ticker import Ticker
 from loopcheck.sut.protocol import Observation, SutFactory
-from loopcheck.sut.torch_sut import TorchSUT
 
 SEPARATIONS = 3   # runs tried per signature met only after an ignored finding (`Stats.separate`)
 
-LOCKSTEP = CheckSet("lockstep")
 
 
 @dataclass
@@ -178,17 +177,10 @@ def record_failure(out: Path | None, workload: Workload, violation: Violation, t
 
 
 class LoopcheckMachine(RuleBasedStateMachine):
-    """Bind with `machine_class`, which sets the class attributes below."""
+    """Bind with `machine_class`, whose subclass defines the class attributes below."""
 
-    factory: SutFactory = TorchSUT
-    checks: CheckSet = LOCKSTEP
-    source: str = "loopcheck fuzz"
-    shape: Shape = DEFAULT_SHAPE
-    out_dir: Path | None = None
+    run_settings = MachineSettings()
     stats: Stats = Stats()
-    max_prompt: int = 6
-    max_tokens: int = 5
-    prefix_scale: int = 1   # drawn prefixes (2 to 6 tokens) repeated this many times
     clock_start: float = 0.0
     can_abort: bool = True
 
@@ -196,13 +188,14 @@ class LoopcheckMachine(RuleBasedStateMachine):
 
     def setup(self, config: Config, prefixes: tuple[tuple[int, ...], ...], shape: Shape) -> None:
         cls = type(self)
-        self.prefixes = tuple(prefix * cls.prefix_scale for prefix in prefixes)
+        self.prefixes = tuple(prefix * self.run_settings.prefix_scale for prefix in prefixes)
         self.example_shape, self.config = shape, config
         self.spent = False
         if self.budget_spent():
             return
         try:
-            self.driver = Driver(cls.factory, config, cls.checks.build(), cls.stats.note_step, cls.stats.coverage)
+            bound = self.run_settings
+            self.driver = Driver(bound.factory, config, bound.checks.build(), cls.stats.note_step, cls.stats.coverage)
         except WorkloadError:
             reject()   # the system refuses this config: draw another
         self.guarded(self.driver.raise_failure)   # a crash while building the system is a finding
@@ -221,8 +214,8 @@ class LoopcheckMachine(RuleBasedStateMachine):
             self.spent = True
         except Violation as v:
             cls = type(self)
-            record_failure(cls.out_dir, self.driver.workload(), v, self.driver.trace, cls.source, cls.stats,
-                           cls.clock_start)
+            record_failure(cls.run_settings.out_dir, self.driver.workload(), v, self.driver.trace,
+                           cls.run_settings.source, cls.stats, cls.clock_start)
             raise
 
     def budget_spent(self) -> bool:
@@ -241,7 +234,8 @@ class LoopcheckMachine(RuleBasedStateMachine):
     @rule(target=requests, data=st.data())
     def add(self, data: st.DataObject) -> str:
         cls = type(self)
-        fields = data.draw(request_bodies(self.prefixes, cls.max_prompt, cls.max_tokens, self.example_shape,
+        bound = cls.run_settings
+        fields = data.draw(request_bodies(self.prefixes, bound.max_prompt, bound.max_tokens, self.example_shape,
                                           self.config.max_positions))
         if self.budget_spent():
             return "spent"
@@ -275,9 +269,10 @@ class LoopcheckMachine(RuleBasedStateMachine):
         finally:   # a failing run is noted too
             if hasattr(self, "driver"):
                 cls.stats.note_run(self.driver)
-        alone = cls.stats.separate(self.driver, cls.factory, cls.checks.build) if hasattr(self, "driver") else None
+        bound = cls.run_settings
+        alone = cls.stats.separate(self.driver, bound.factory, bound.checks.build) if hasattr(self, "driver") else None
         if alone is not None and alone.violation is not None:   # a finding of its own, shown by a request fewer
-            record_failure(cls.out_dir, alone.driver.workload(), alone.violation, alone.driver.trace, cls.source,
+            record_failure(bound.out_dir, alone.driver.workload(), alone.violation, alone.driver.trace, bound.source,
                            cls.stats, cls.clock_start)
             raise alone.violation
 
@@ -286,30 +281,20 @@ PREFIXES = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=6).
                     min_size=1, max_size=2).map(tuple)
 
 
-def machine_class(configs: st.SearchStrategy[Config], factory: SutFactory = TorchSUT,
-                  checks: CheckSet = LOCKSTEP,
-                  out_dir: Path | None = None, stats: Stats | None = None, max_prompt: int = 6,
-                  max_tokens: int = 5, shape: Shape = DEFAULT_SHAPE, source: str = "loopcheck fuzz",
-                  prefix_scale: int = 1) -> type[LoopcheckMachine]:
-    """A machine class bound to a config strategy, a system, its checks, an
-    output folder and a workload shape (each example draws a swarm subset of it),
-    with prompts of up to `max_prompt` tokens sharing prefixes drawn `prefix_scale`
-    times their usual length."""
+def machine_class(configs: st.SearchStrategy[Config], run_settings: MachineSettings,
+                  stats: Stats | None = None) -> type[LoopcheckMachine]:
+    """A machine class bound to a config strategy and the settings of its
+    examples (each draws a swarm subset of their shape), counting into `stats`."""
+    shared, settings_bound = stats or Stats(), run_settings   # (a class body reads no enclosing name it assigns)
 
     class BoundLoopcheckMachine(LoopcheckMachine):
-        @initialize(config=configs, prefixes=PREFIXES, example_shape=shape.swarm())
+        run_settings = settings_bound
+        stats = shared
+        clock_start = time.monotonic()
+        can_abort = capabilities_of(settings_bound.factory).abort
+
+        @initialize(config=configs, prefixes=PREFIXES, example_shape=settings_bound.shape.swarm())
         def start(self, config: Config, prefixes: tuple[tuple[int, ...], ...], example_shape: Shape) -> None:
             self.setup(config, prefixes, example_shape)
 
-    BoundLoopcheckMachine.factory = staticmethod(factory)  # type: ignore[assignment]
-    BoundLoopcheckMachine.checks = checks
-    BoundLoopcheckMachine.out_dir = out_dir
-    BoundLoopcheckMachine.stats = stats or Stats()
-    BoundLoopcheckMachine.max_prompt = max_prompt
-    BoundLoopcheckMachine.max_tokens = max_tokens
-    BoundLoopcheckMachine.prefix_scale = prefix_scale
-    BoundLoopcheckMachine.shape = shape
-    BoundLoopcheckMachine.source = source
-    BoundLoopcheckMachine.clock_start = time.monotonic()
-    BoundLoopcheckMachine.can_abort = capabilities_of(factory).abort
     return BoundLoopcheckMachine

@@ -20,14 +20,15 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
+from loopcheck.adapters.loader import capabilities_of
 from loopcheck.checks.base import Violation
 from loopcheck.checks.counterexample import counterexample_path
 from loopcheck.checks.suite import CheckSet, default_mode
 from loopcheck.fuzz.hypothesis_constants import no_local_constants
 from loopcheck.fuzz.machine import LAST_FAILURE, Stats, machine_class
+from loopcheck.fuzz.settings import MachineSettings
 from loopcheck.fuzz.strategies import DEFAULT_SHAPE, configs, request_sizes
 from loopcheck.model.config import Config
-from loopcheck.sut.loader import capabilities_of
 from loopcheck.sut.protocol import SutFactory
 
 
@@ -61,8 +62,8 @@ def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] 
     strategy = config_strategy if config_strategy is not None else configs(**caps.pinned)
     checks = CheckSet(mode, frozenset(ignore))
     sizes = {**request_sizes(caps.pinned.get("block_size")), **kw}   # (scaled to a pinned page)
-    machine = machine_class(strategy, factory, checks, out, stats, source=f"pytest loopcheck_machine ({mode})",
-                            shape=DEFAULT_SHAPE.without(*caps.refuses), **sizes)
+    machine = machine_class(strategy, MachineSettings(factory, checks, out, f"pytest loopcheck_machine ({mode})",
+                                                      DEFAULT_SHAPE.without(*caps.refuses), **sizes), stats)
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
     try:
         with no_local_constants():

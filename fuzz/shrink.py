@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from loopcheck.checks.base import Check
-from loopcheck.model.errors import StopRequest
+from loopcheck.driver.driver import Run, run_workload
 from loopcheck.model.events import Event
 from loopcheck.model.workload import RequestSpec, Workload
-from loopcheck.report import Ticker
-from loopcheck.sut.driver import Run, run_workload
+from loopcheck.runctl.stop import StopRequest
+from loopcheck.runctl.ticker import Ticker
 from loopcheck.sut.protocol import SutFactory
 
 

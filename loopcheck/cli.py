@@ -14,8 +14,9 @@ import sys
 from collections.abc import Callable, Sequence
 
 from loopcheck.inputs import check_places
-from loopcheck.model.errors import StopRequest, Terminated, WorkloadError, exit_code
+from loopcheck.model.errors import WorkloadError
 from loopcheck.report import LAST_REPRODUCE
+from loopcheck.runctl.stop import StopRequest, Terminated, exit_code
 from loopcheck.sut.protocol import ProtocolError
 
 Command = Callable[[argparse.Namespace], int]

@@ -21,7 +21,8 @@ from loopcheck.model.bounds import preemption_bound
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import Workload, save_workload
 from loopcheck.options import add_adapter, add_check_mode
-from loopcheck.report import Ticker, banner, table
+from loopcheck.report import banner, table
+from loopcheck.runctl.ticker import Ticker
 from loopcheck.scoped_cmd import DEFAULT_MAX_STATES, DEFAULT_OUT, run_scoped
 from loopcheck.simulate_cmd import prepare
 

@@ -11,14 +11,15 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from loopcheck.adapters.loader import capabilities_of, load_factory
 from loopcheck.campaign_report import write_report
 from loopcheck.fuzz.campaign import BRANCHES, GUIDANCE, CampaignResult, Finding, main_progress, run_campaign
 from loopcheck.fuzz.directed import WINDOWS
 from loopcheck.fuzz.seeds import derived_seed
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import Shape
 from loopcheck.options import add_adapter, add_check_mode, check_set_of
 from loopcheck.report import banner, checks_not_run, command_line, not_run_line, reproduce_line
-from loopcheck.sut.loader import capabilities_of, load_factory
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -61,9 +62,10 @@ def _worker(job: tuple) -> CampaignResult:
     def progress(line: str) -> None:
         main_progress(f"{label}{line}")
 
-    return run_campaign(policy, budget, seed_value, Path(out), mode, db, load_factory(adapter), checks,
-                        Shape.parse(shape), max_replays=replays, progress=progress if label is not None else None,
-                        keep_going=keep_going, max_examples=max_examples, guidance=guidance)
+    return run_campaign(CampaignSettings(
+        policy, budget, seed_value, Path(out), mode, db, load_factory(adapter), checks, Shape.parse(shape),
+        max_replays=replays, keep_going=keep_going, max_examples=max_examples, guidance=guidance),
+        progress=progress if label is not None else None)
 
 
 def with_replays(argv: list[str], replays: int) -> list[str]:

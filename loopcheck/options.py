@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from loopcheck.adapters.loader import SHIPPED, load_factory
 from loopcheck.checks.suite import MODES, CheckSet, default_mode
-from loopcheck.sut.loader import SHIPPED, load_factory
 from loopcheck.sut.protocol import SutFactory
 
 

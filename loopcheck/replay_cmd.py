@@ -8,13 +8,13 @@ import argparse
 import json
 import sys
 
+from loopcheck.adapters.loader import capabilities_of
 from loopcheck.checks.suite import CheckSet
 from loopcheck.model.workload import Workload
 from loopcheck.options import add_adapter, add_check_mode, check_set_of, factory_of
 from loopcheck.replayed import Replay, replay
 from loopcheck.report import banner
 from loopcheck.simulate_cmd import prepare
-from loopcheck.sut.loader import capabilities_of
 from loopcheck.timeline import check_matplotlib, draw
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from loopcheck.checks.base import Violation, ignored
 from loopcheck.checks.suite import CheckSet
+from loopcheck.driver.driver import run_workload
 from loopcheck.model.events import Event
 from loopcheck.model.workload import Workload
-from loopcheck.sut.driver import run_workload
 from loopcheck.sut.protocol import Observation, SutFactory
 from loopcheck.timeline import Timeline
 

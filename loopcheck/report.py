@@ -1,10 +1,9 @@
-"""Plain-text tables, the run banner every command prints, and when a progress line is due."""
+"""Plain-text tables and the run banner every command prints."""
 
 from __future__ import annotations
 
 import shlex
 import sys
-import time
 from collections import Counter
 from collections.abc import Sequence
 
@@ -50,22 +49,3 @@ def banner(seed: int | None, argv: Sequence[str], stream=None) -> None:
     print(LAST_REPRODUCE[0], file=out, flush=True)
 
 
-class Ticker:
-    """Says when a progress line is due: about every `seconds` of wall time (a
-    progress line is for the person waiting; nothing decided depends on it)."""
-
-    def __init__(self, seconds: float = 2.0) -> None:
-        self.start = self.last = time.perf_counter()
-        self.seconds = seconds
-
-    def due(self) -> bool:
-        """True at most once per `seconds`, when that long has passed."""
-        now = time.perf_counter()
-        if now - self.last < self.seconds:
-            return False
-        self.last = now
-        return True
-
-    @property
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start

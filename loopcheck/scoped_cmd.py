@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from loopcheck.adapters.loader import capabilities_of, load_factory
 from loopcheck.certificate_report import certificate_lines, write_report
 from loopcheck.checks.counterexample import numbered_paths, write_counterexample
 from loopcheck.checks.suite import CheckSet
@@ -22,8 +23,8 @@ from loopcheck.explorer.scope import load_scope
 from loopcheck.explorer.scoped import Finding, Limits, Plan, Tally, explore_units, make_plan, shortest
 from loopcheck.model.errors import WorkloadError
 from loopcheck.options import check_set_of
-from loopcheck.report import Ticker, banner, command_line
-from loopcheck.sut.loader import capabilities_of, load_factory
+from loopcheck.report import banner, command_line
+from loopcheck.runctl.ticker import Ticker
 
 CERTIFICATE = "certificate.json"
 DEFAULT_OUT = "loopcheck-explore"

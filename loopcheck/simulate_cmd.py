@@ -6,13 +6,14 @@ import argparse
 import json
 import sys
 
+from loopcheck.adapters.simulate import simulate
 from loopcheck.model.events import Event
 from loopcheck.model.simulate import SimResult
 from loopcheck.model.workload import Workload, load_workload
 from loopcheck.options import add_adapter, factory_of
-from loopcheck.report import Ticker, banner, table
+from loopcheck.report import banner, table
+from loopcheck.runctl.ticker import Ticker
 from loopcheck.sut.protocol import Observation
-from loopcheck.sut.simulate import simulate
 
 
 def register(p: argparse.ArgumentParser) -> None:

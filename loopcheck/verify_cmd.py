@@ -22,6 +22,7 @@ from loopcheck.explorer.certificate import certificate_from_json
 from loopcheck.explorer.scoped import Limits
 from loopcheck.explorer.survey import survey
 from loopcheck.fuzz.campaign import main_progress, run_campaign
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.model.workload import load_workload
 from loopcheck.options import add_adapter
 from loopcheck.proofs.obligations import ProofPlan, run_all
@@ -95,10 +96,11 @@ def fuzz_rows(seconds: float, seed_value: int, out: Path, max_examples: int | No
         unguarded = policy == "unguarded"
         budget = seconds * LIVELOCK_SEARCH if unguarded else seconds
         main_progress(f"  fuzz {policy} on {mode} configs for {'up to ' if unguarded else ''}{budget:g}s ...")
-        result = run_campaign(policy, budget, seed_value, out / f"{policy}-{mode}", mode,
-                              max_replays=LIVELOCK_SHRINK_REPLAYS if unguarded else None, progress=main_progress,
-                              max_examples=None if max_examples is None else max_examples * (LIVELOCK_SEARCH
-                                                                                             if unguarded else 1))
+        result = run_campaign(CampaignSettings(
+            policy, budget, seed_value, out / f"{policy}-{mode}", mode,
+            max_replays=LIVELOCK_SHRINK_REPLAYS if unguarded else None,
+            max_examples=None if max_examples is None else max_examples * (LIVELOCK_SEARCH if unguarded else 1)),
+            progress=main_progress)
         v = result.violation
         if policy == "guarded":
             ok = v is None
@@ -126,9 +128,10 @@ def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path, max_e
     for preempt in (True, False):
         label = f"properties, random configs, priority preemption {'on' if preempt else 'off'}"
         main_progress(f"  fuzz {adapter}: {label} for {seconds:g}s ...")
-        result = run_campaign("guarded", seconds, seed_value, out / f"preemption-{preempt}", "random",
-                              factory=factory, checks=CheckSet("property"), progress=main_progress,
-                              fixed={"priority_preemption": preempt}, max_examples=max_examples)
+        result = run_campaign(CampaignSettings(
+            "guarded", seconds, seed_value, out / f"preemption-{preempt}", "random", factory=factory,
+            checks=CheckSet("property"), fixed={"priority_preemption": preempt}, max_examples=max_examples),
+            progress=main_progress)
         v = result.violation
         status = f"clean: {result.stats.examples} examples" if v is None else f"{v.prop}: {result.counterexample}"
         rows.append([label, "fuzz", status, "ok" if v is None else "FAIL", f"{result.seconds:.2f}"])

@@ -1,55 +1,5 @@
-"""The error types every layer shares: bad user input, and a request to stop."""
-
-from collections.abc import Iterator
-from contextlib import contextmanager
+"""Bad user input: the error every layer raises for it."""
 
 
 class WorkloadError(ValueError):
     """Bad input; the message names the offending field and is shown as one line."""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so that
-    long runs stop the same clean way (exit 143 instead of 130)."""
-
-
-def exit_code(interrupt: KeyboardInterrupt) -> int:
-    """The shell's exit code for a run stopped by this interrupt."""
-    return 143 if isinstance(interrupt, Terminated) else 130
-
-
-class StopRequest:
-    """A stop asked for by a signal (Ctrl-C, SIGTERM). Outside `deferred()` the
-    handler raises the interrupt at once; inside, it only records it, and the code
-    raises it at its next safe point (`check`), so that no library is interrupted
-    halfway through its own bookkeeping. A second signal while a stop is pending
-    raises at once: the way out when no safe point comes (`clear` forgets the
-    stop once it was handled)."""
-
-    pending: KeyboardInterrupt | None = None
-    _deferring = 0
-
-    @classmethod
-    def request(cls, interrupt: KeyboardInterrupt) -> None:
-        again = cls.pending is not None
-        cls.pending = interrupt
-        if not cls._deferring or again:
-            raise interrupt
-
-    @classmethod
-    def clear(cls) -> None:
-        cls.pending = None
-
-    @classmethod
-    def check(cls) -> None:
-        if cls.pending is not None:
-            raise cls.pending
-
-    @classmethod
-    @contextmanager
-    def deferred(cls) -> Iterator[None]:
-        cls._deferring += 1
-        try:
-            yield
-        finally:
-            cls._deferring -= 1

@@ -13,12 +13,11 @@ import z3
 
 from loopcheck.model.config import Config
 from loopcheck.model.reference import step
-from loopcheck.model.simulate import WorkloadEnv
+from loopcheck.model.simulate import WorkloadEnv, model_steps
 from loopcheck.model.state import initial_state
 from loopcheck.model.workload import RequestSpec, Workload
 from loopcheck.proofs.bmc import FINISHED, SymConfig, SymWorkload, initial, needs_of, sym_step_traced
 from loopcheck.proofs.result import BOUNDED, COUNTEREXAMPLE, UNKNOWN, ProofResult, solve
-from loopcheck.sut.simulate import simulate_model
 
 LIMITS = dict(prompt=(1, 10), max_tokens=(0, 6), priority=(0, 3), arrival=(0, 4))
 
@@ -85,10 +84,10 @@ def lasso_search(base: Config, policy: str, K: int, k: int, name: str | None = N
     if cycle is None:
         return ProofResult(name, policy, UNKNOWN, seconds, expected,
                            detail="the encoding's lasso does not repeat on model/: encoding drift"), None
-    replay = simulate_model(workload, cycle["start"] + cycle["length"] + 1, keep_trace=True)
+    trace = [events for _, events, _ in model_steps(workload, cycle["start"] + cycle["length"] + 1)]
     workload.extra.update({"property": "livelock", "source": f"loopcheck prove --requests {K} --steps {k}",
                            "cycle": cycle,
-                           "trace": [[e.to_json() for e in evs] for evs in replay.trace]})
+                           "trace": [[e.to_json() for e in evs] for evs in trace]})
     cached = find_cycle(workload.with_config(prefix_caching=True), k) is not None
     detail = (f"lasso: {len(workload.requests)} requests, {cfg.allocation} allocation, watermark "
               f"{workload.config.watermark_blocks}, cycle from step {cycle['start']} of length {cycle['length']} "

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import random
 
+from loopcheck.adapters.simulate import simulate_model
 from loopcheck.model.config import Config
 from loopcheck.model.workload import RequestSpec, Workload, save_workload
-from loopcheck.sut.simulate import simulate_model
 
 REGRESSION = dict(num_blocks=40, block_size=2, max_num_seqs=4, max_num_batched_tokens=6,
                   prefill_chunk_size=4, num_loops=4, priority_preemption=True, wcpb=True,

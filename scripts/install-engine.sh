@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what a real engine's adapter needs, beside loopcheck's own install:
-# `scripts/install-engine.sh vllm` (sut/vllm_sut.py), `... lmdeploy`
-# (sut/lmdeploy_sut.py) or `... sglang` (sut/sglang_sut.py); vllm first: the
+# `scripts/install-engine.sh vllm` (adapters/vllm_sut.py), `... lmdeploy`
+# (adapters/lmdeploy_sut.py) or `... sglang` (adapters/sglang_sut.py); vllm first: the
 # LMDeploy and SGLang sets add to vLLM's, and SGLang's to LMDeploy's. The engine's wheel and
 # the pure-Python packages its scheduling code imports are pinned in
 # requirements-ENGINE.txt and installed with --no-deps, so that nothing pulls the
@@ -16,7 +16,7 @@ python3 - "$engine" <<'PY'
 import sys
 
 from loopcheck.model.config import Config
-from loopcheck.sut.loader import load_factory
+from loopcheck.adapters.loader import load_factory
 
 factory = load_factory(sys.argv[1])
 pinned = sys.modules[factory.__module__].PINNED

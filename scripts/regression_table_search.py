@@ -48,9 +48,9 @@ import json
 import sys
 from pathlib import Path
 
+from loopcheck.adapters.simulate import simulate_model
 from loopcheck.model.config import regression_config
 from loopcheck.model.workload import RequestSpec, Workload
-from loopcheck.sut.simulate import simulate_model
 
 TARGET = {"unguarded": (3, 500, 465, 463, 40), "guarded": (10, 121, 4, 4, 0)}
 STEPS = 500

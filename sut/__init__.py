@@ -1,2 +1,2 @@
-"""Systems under test: the protocol every scheduler is driven through, the one
-driver loop, and the shipped adapters (reference model, torch engine, vLLM)."""
+"""The system-under-test protocol every scheduler is driven through, the trace
+view checks read, and the reference model behind the protocol (`model_sut`)."""

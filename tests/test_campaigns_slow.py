@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.settings import CampaignSettings
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["regression", "random"])
 def test_guarded_policy_runs_ten_minutes_clean(tmp_path, mode) -> None:
-    result = run_campaign("guarded", 600, 20261202, tmp_path, mode)
+    result = run_campaign(CampaignSettings("guarded", 600, 20261202, tmp_path, mode))
     assert result.violation is None, f"{result.violation} -> {result.counterexample}"
     assert result.stats.examples > 100
 

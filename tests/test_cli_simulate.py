@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from loopcheck.cli import main
-from loopcheck.sut import driver as sut_driver
+from loopcheck.driver import driver as sut_driver
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "livelock.json")
 

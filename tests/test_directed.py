@@ -9,6 +9,7 @@ from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz import directed
 from loopcheck.fuzz.campaign import directed_configs, run_campaign
 from loopcheck.fuzz.directed import Director, sized_arrival, variants, windows_of
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import Shape
 from loopcheck.model.config import Config
 from loopcheck.model.reference import never_fits
@@ -100,7 +101,8 @@ def test_a_snapshot_kept_after_an_abort_is_found_by_a_directed_window(monkeypatc
         seq.snapshot = snapshot               # the CPU snapshot stays
 
     monkeypatch.setattr(Scheduler, "end", end)
-    result = run_campaign("guarded", 600, 1, tmp_path, mode="random", max_examples=400, max_replays=30)
+    result = run_campaign(CampaignSettings(
+        "guarded", 600, 1, tmp_path, mode="random", max_examples=400, max_replays=30))
     assert result.violation is not None and result.violation.prop == "kv-conservation"
     assert "snapshot" in result.violation.message
 
@@ -116,6 +118,7 @@ def test_a_preflight_without_the_watermark_is_caught_without_a_reference(monkeyp
     original = reference._Step.preflight
     monkeypatch.setattr(reference._Step, "preflight",
                         lambda self, i, v, others, active: original(self, i, v, others, False))
-    result = run_campaign("guarded", 600, 1, tmp_path, mode="random", factory=ModelSUT, checks=CheckSet("property"),
-                          max_examples=200, max_replays=30)
+    result = run_campaign(CampaignSettings(
+        "guarded", 600, 1, tmp_path, mode="random", factory=ModelSUT, checks=CheckSet("property"), max_examples=200,
+        max_replays=30))
     assert result.violation is not None and result.violation.prop == "futile-preemption"

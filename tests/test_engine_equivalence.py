@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
+from loopcheck.adapters.simulate import simulate_engine
 from loopcheck.model.workload import Workload
-from loopcheck.sut.simulate import simulate_engine
 from tests.engine_workloads import busy
 
 

@@ -3,7 +3,7 @@ no-preemption outputs."""
 
 from __future__ import annotations
 
-from loopcheck.sut.simulate import simulate_engine
+from loopcheck.adapters.simulate import simulate_engine
 from tests.engine_workloads import livelock_example
 
 

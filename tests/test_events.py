@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from loopcheck.checks.suite import checks_for
+from loopcheck.driver.driver import run_workload
 from loopcheck.model.events import BY_KIND, KINDS, Admit, Event, Finish, Preempt, Prefill, Token
 from loopcheck.model.workload import load_workload
-from loopcheck.sut.driver import run_workload
 from loopcheck.sut.model_sut import ModelSUT
 from tests.broken_adapters import GenericEvents
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from loopcheck.adapters.simulate import simulate_model
 from loopcheck.model.workload import load_workload
-from loopcheck.sut.simulate import simulate_model
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 

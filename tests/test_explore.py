@@ -14,6 +14,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from loopcheck.adapters.simulate import simulate_engine, simulate_model
 from loopcheck.cli import main
 from loopcheck.explorer import survey as survey_module
 from loopcheck.explorer.explore import (
@@ -41,7 +42,6 @@ from loopcheck.model.events import Admit, Arrive, Finish, Preempt, Prefill, Resu
 from loopcheck.model.reference import step
 from loopcheck.model.state import initial_state
 from loopcheck.model.workload import Workload, load_workload
-from loopcheck.sut.simulate import simulate_engine, simulate_model
 from tests.helpers import five_requests, req, workload
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -518,11 +518,12 @@ def test_explore_cli_writes_a_lasso_that_loops_on_the_engine(tmp_path, capsys) -
 
 def test_replay_both_reports_the_first_divergence(tmp_path, capsys, monkeypatch) -> None:
     from loopcheck.engine.scheduler import Scheduler
+    from loopcheck.model.events import Rewind
 
     original = Scheduler.emit
 
     def no_rewind_event(self, kind, seq, *args):  # a deliberately broken engine
-        if kind != "rewind":
+        if kind is not Rewind:
             original(self, kind, seq, *args)
 
     monkeypatch.setattr(Scheduler, "emit", no_rewind_event)

@@ -16,16 +16,17 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
+from loopcheck.adapters.simulate import simulate_engine
+from loopcheck.adapters.torch_sut import TorchSUT
 from loopcheck.checks.base import Violation
 from loopcheck.checks.suite import checks_for
 from loopcheck.cli import main
 from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.pytest_plugin import run_machine
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import configs, request_bodies
 from loopcheck.model.config import Config, regression_config
 from loopcheck.model.workload import Workload, load_workload
-from loopcheck.sut.simulate import simulate_engine
-from loopcheck.sut.torch_sut import TorchSUT
 
 # a small pool under pressure: preemptions, rewinds and snapshot restores are common
 CONTENDED = Config(num_blocks=12, block_size=2, num_loops=2, kv_layout="last_exited", max_num_seqs=4,
@@ -43,7 +44,7 @@ def test_short_deterministic_campaigns_are_clean_under_the_guarded_policy() -> N
 
 
 def test_unguarded_campaign_finds_a_small_livelock_that_replays_on_the_engine(tmp_path) -> None:
-    result = run_campaign("unguarded", 600, 1, tmp_path, max_examples=200)
+    result = run_campaign(CampaignSettings("unguarded", 600, 1, tmp_path, max_examples=200))
     assert result.violation is not None and result.violation.prop == "livelock"
     assert result.requests <= 5
     cex = load_workload(result.counterexample)
@@ -107,13 +108,14 @@ def test_mutant_shared_block_freed_while_referenced(monkeypatch) -> None:
 
 def test_mutant_abort_not_releasing_blocks(monkeypatch) -> None:
     from loopcheck.engine.scheduler import Scheduler
+    from loopcheck.model.events import Finish
 
     original = Scheduler.end
 
     def end(self, seq, reason):
         if reason == "abort":
             seq.status, seq.finish_reason = "finished", reason
-            self.emit("finish", seq, reason)
+            self.emit(Finish, seq, reason)
             return
         original(self, seq, reason)
 
@@ -165,14 +167,14 @@ def test_parallel_campaigns_report_each_worker(tmp_path, capsys) -> None:
 
 
 def test_the_example_database_keeps_failures_for_the_next_campaign(tmp_path) -> None:
-    first = run_campaign("unguarded", 600, 4, tmp_path, max_examples=200, max_replays=20)
+    first = run_campaign(CampaignSettings("unguarded", 600, 4, tmp_path, max_examples=200, max_replays=20))
     assert first.violation is not None
     saved = [p for p in (tmp_path / "db").rglob("*") if p.is_file()]
     assert saved, "the failing example was not saved"
-    again = run_campaign("unguarded", 600, 999, tmp_path, max_examples=200,
-                         max_replays=20)   # another seed: the database replays it
-    fresh = run_campaign("unguarded", 600, 999, tmp_path / "fresh", max_examples=200,
-                         max_replays=20)
+    again = run_campaign(CampaignSettings("unguarded", 600, 999, tmp_path, max_examples=200,
+                         max_replays=20))   # another seed: the database replays it
+    fresh = run_campaign(CampaignSettings("unguarded", 600, 999, tmp_path / "fresh", max_examples=200,
+                         max_replays=20))
     assert again.violation is not None and fresh.violation is not None
     assert again.stats.examples < fresh.stats.examples
 

@@ -14,6 +14,8 @@ import pytest
 
 from benchmarks.subjects.hashsched import PINNED, factory
 from loopcheck.checks.suite import CheckSet
+from loopcheck.driver.coverage import EdgeCoverage
+from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.features import bucket, run_features
@@ -32,14 +34,13 @@ from loopcheck.fuzz.mutate import (
     share_prefix,
     stop_at_output,
 )
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import Shape
 from loopcheck.model.config import Config
 from loopcheck.model.events import Admit, Arrive, Preempt, Prefill, Resume, Token
 from loopcheck.model.reference import never_fits
 from loopcheck.model.workload import RequestSpec, Workload, load_workload
 from loopcheck.sut.code import code_paths
-from loopcheck.sut.coverage import EdgeCoverage
-from loopcheck.sut.driver import run_workload
 
 CFG = Config(**{**Config().to_json(), **PINNED, "num_blocks": 12, "block_size": 2, "prefix_caching": True,
                 "priority_preemption": True})
@@ -346,9 +347,9 @@ def test_guidance_from_the_system_finds_prefix_cache_bugs_of_a_scheduler_it_did_
     breaks both block-table properties, and the one that is not its own is
     ignored, as a user would --ignore it. The file replays clean on the
     scheduler without the bug."""
-    result = run_campaign("guarded", 600, 1, tmp_path, "random", factory=factory(bug),
+    result = run_campaign(CampaignSettings("guarded", 600, 1, tmp_path, "random", factory=factory(bug),
                           checks=CheckSet("property", frozenset({other})), max_examples=3000, max_replays=50,
-                          guidance="system")
+                          guidance="system"))
     assert result.violation is not None and result.violation.prop == prop
     clean = run_workload(load_workload(result.counterexample), factory(), CheckSet("property").build())
     assert clean.violation is None and clean.drained   # the same workload, the bug not planted

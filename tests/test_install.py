@@ -17,7 +17,7 @@ USERS_TEST = """
 import loopcheck
 from hypothesis import strategies as st
 from loopcheck.model.config import Config
-from loopcheck.sut.torch_sut import TorchSUT
+from loopcheck.adapters.torch_sut import TorchSUT
 
 
 def test_the_installed_loopcheck_checks_an_engine(loopcheck_machine):

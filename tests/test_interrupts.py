@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from loopcheck.model.errors import StopRequest, Terminated
 from loopcheck.model.workload import save_workload
+from loopcheck.runctl.stop import StopRequest, Terminated
 from tests.helpers import five_requests
 
 

@@ -16,15 +16,16 @@ from hypothesis.database import InMemoryExampleDatabase
 from loopcheck.checks.base import Violation, ignored
 from loopcheck.checks.suite import CheckSet
 from loopcheck.cli import main
+from loopcheck.driver.driver import message_shape, run_workload
 from loopcheck.fuzz.campaign import Hunt, run_campaign, run_recorded
 from loopcheck.fuzz.machine import LAST_FAILURE, SEPARATIONS, Stats
 from loopcheck.fuzz.seeds import derived_seed
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.shrink import separated
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import RequestSpec, Workload, load_workload
 from loopcheck.sut.code import functions
-from loopcheck.sut.driver import message_shape, run_workload
 from tests.toy_scheduler import PINNED, ToyScheduler
 
 TOY = str(Path(__file__).parent / "toy_scheduler.py")
@@ -117,8 +118,9 @@ def test_keep_going_reports_each_distinct_bug_once_each_in_a_file_that_replays(t
     bound, not a time box), writes each once, and each file replays to its
     signature; without --keep-going the same campaign stops at the first."""
     three = toy("leak", "slot-cap", "crash-on-abort")
-    result = run_campaign("guarded", 600, 5, tmp_path / "all", "random", factory=three, checks=PROPERTY,
-                          keep_going=True, max_examples=1500, max_replays=60)
+    result = run_campaign(CampaignSettings(
+        "guarded", 600, 5, tmp_path / "all", "random", factory=three, checks=PROPERTY, keep_going=True,
+        max_examples=1500, max_replays=60))
     signatures = [f.violation.signature for f in result.findings]
     assert len(signatures) == len(set(signatures))
     assert {f.violation.prop for f in result.findings} >= {"kv-conservation", "seq-cap", "crash"}
@@ -126,8 +128,9 @@ def test_keep_going_reports_each_distinct_bug_once_each_in_a_file_that_replays(t
         assert f.counterexample.exists()
         replayed = run_workload(load_workload(f.counterexample), three, f.checks.build()).violation
         assert replayed is not None and replayed.signature == f.violation.signature
-    first = run_campaign("guarded", 600, 5, tmp_path / "first", "random", factory=three, checks=PROPERTY,
-                         max_examples=1500, max_replays=60)
+    first = run_campaign(CampaignSettings(
+        "guarded", 600, 5, tmp_path / "first", "random", factory=three, checks=PROPERTY, max_examples=1500,
+        max_replays=60))
     assert len(first.findings) == 1 and first.findings[0].violation.signature == signatures[0]
 
 
@@ -229,8 +232,9 @@ def test_a_campaign_reports_a_separated_finding_once_and_goes_on(tmp_path: Path)
     it; once it is ignored the same example replayed from the database does not
     report it again (every finding's signature is distinct)."""
     checks = PROPERTY.ignoring("never-fit-not-rejected").ignoring("stall")
-    result = run_campaign("guarded", 600, 3, tmp_path, "random", factory=toy("no-reject", "slot-cap"), checks=checks,
-                          keep_going=True, max_examples=200, max_replays=30)
+    result = run_campaign(CampaignSettings(
+        "guarded", 600, 3, tmp_path, "random", factory=toy("no-reject", "slot-cap"), checks=checks, keep_going=True,
+        max_examples=200, max_replays=30))
     signatures = [f.violation.signature for f in result.findings]
     assert result.stats.separations["seq-cap"] and "seq-cap" in signatures
     assert len(signatures) == len(set(signatures))

@@ -1,4 +1,4 @@
-"""LMDeploy's PyTorch-engine scheduling behind the SUT protocol (sut/lmdeploy_sut.py):
+"""LMDeploy's PyTorch-engine scheduling behind the SUT protocol (adapters/lmdeploy_sut.py):
 its own scheduler, inputs maker, engine-loop turn and intake, with a fake executor.
 Workloads that break no property drain with every check that applies on; the
 adapter's reporting of the pipelined engine loop (a forward dispatched in one
@@ -17,10 +17,11 @@ import sys
 import pytest
 
 from loopcheck.checks.suite import CheckSet, checks_for
+from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.model.config import Config
 from loopcheck.model.workload import RequestSpec, Workload, save_workload
-from loopcheck.sut.driver import run_workload
 from loopcheck.sut.protocol import Refused
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("lmdeploy") is None,
@@ -29,13 +30,13 @@ PAGE = tuple(range(1, 17))   # one full page of LMDeploy's smallest block size, 
 
 
 def lmdeploy_config(**changes) -> Config:
-    from loopcheck.sut.lmdeploy_sut import PINNED
+    from loopcheck.adapters.lmdeploy_sut import PINNED
 
     return Config(**{**Config().to_json(), **PINNED, "max_num_batched_tokens": 32, **changes})
 
 
 def factory():
-    from loopcheck.sut.lmdeploy_sut import LmdeploySUT
+    from loopcheck.adapters.lmdeploy_sut import LmdeploySUT
 
     return LmdeploySUT
 
@@ -139,8 +140,8 @@ def test_what_lmdeploy_would_cut_is_refused_and_a_config_it_cannot_express_is_on
 
 def test_a_campaign_reports_nothing(tmp_path) -> None:
     """No false alarm: a bounded campaign on every shape finds nothing."""
-    result = run_campaign("guarded", 600, 5, tmp_path, "random", factory=factory(), checks=CheckSet("property"),
-                          max_examples=100)
+    result = run_campaign(CampaignSettings(
+        "guarded", 600, 5, tmp_path, "random", factory=factory(), checks=CheckSet("property"), max_examples=100))
     assert result.findings == [] and result.stats.examples >= 100
 
 

@@ -7,14 +7,14 @@ from functools import partial
 
 from hypothesis import HealthCheck, given, settings
 
+from loopcheck.adapters.torch_sut import TorchSUT
 from loopcheck.checks.lockstep import Lockstep, ModelBounds
+from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.strategies import workloads
 from loopcheck.model.bounds import preemption_bound
 from loopcheck.model.events import Event, Preempt, Resume
 from loopcheck.model.workload import Workload
-from loopcheck.sut.driver import run_workload
 from loopcheck.sut.model_sut import ModelSUT
-from loopcheck.sut.torch_sut import TorchSUT
 from tests.engine_workloads import busy, livelock_example
 
 

@@ -266,9 +266,9 @@ def test_a_prompt_only_request_computes_its_prompt_and_finishes_without_a_token(
     prompt's 3 pages, not ceil((5 - 1) / 2) = 2; its last chunk at depth 2 ends it
     with `length` and no token, after it publishes its full pages; the torch
     engine, in lockstep with the model, does the same."""
+    from loopcheck.adapters.torch_sut import TorchSUT
     from loopcheck.checks.suite import checks_for
-    from loopcheck.sut.driver import run_workload
-    from loopcheck.sut.torch_sut import TorchSUT
+    from loopcheck.driver.driver import run_workload
 
     w = workload(req("p", 5, 0), req("q", 4, 2, arrival=1), **{**SMALL, "wcpb": True, "prefix_caching": True,
                                                                "prefill_chunk_size": 3})

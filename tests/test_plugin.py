@@ -8,7 +8,7 @@ pytest_plugins = ["pytester"]
 def test_fixture_runs_the_machine_against_an_adapter(pytester) -> None:
     pytester.makepyfile("""
         from hypothesis import strategies as st
-        from loopcheck.sut.torch_sut import TorchSUT
+        from loopcheck.adapters.torch_sut import TorchSUT
         from loopcheck.model.config import Config
 
         class CountingAdapter(TorchSUT):

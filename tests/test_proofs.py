@@ -9,6 +9,7 @@ import re
 import pytest
 import z3
 
+from loopcheck.adapters.simulate import simulate_model
 from loopcheck.cli import main
 from loopcheck.model.workload import load_workload
 from loopcheck.proofs.admission import GuardRules
@@ -16,7 +17,6 @@ from loopcheck.proofs.drain import drain, preemption_pairs
 from loopcheck.proofs.kv import Rules
 from loopcheck.proofs.obligations_kv import admission_atomic, futility, kv_conservation, preflight_soundness
 from loopcheck.proofs.result import COUNTEREXAMPLE, PROVED, UNKNOWN, check_claim
-from loopcheck.sut.simulate import simulate_model
 
 
 def test_expected_results_at_small_bounds() -> None:
@@ -165,7 +165,7 @@ def test_vacuous_assumptions_are_never_proved() -> None:
 
 
 def test_prove_cli_writes_a_livelock_that_replays_on_model_and_engine(tmp_path, capsys) -> None:
-    from loopcheck.sut.simulate import simulate_engine
+    from loopcheck.adapters.simulate import simulate_engine
 
     junit = tmp_path / "prove.xml"
     assert main(["prove", "--json", "--drain-requests", "2", "--out", str(tmp_path), "--junit", str(junit)]) == 0

@@ -16,22 +16,23 @@ from pathlib import Path
 
 import pytest
 
+from loopcheck.adapters.torch_sut import TorchSUT
 from loopcheck.checks.base import Violation
 from loopcheck.checks.needs import covered_blocks
 from loopcheck.checks.rules import DocumentedRules
 from loopcheck.checks.safety import KvHitBlocks
 from loopcheck.checks.suite import CheckSet, checks_for
 from loopcheck.cli import main
+from loopcheck.driver import driver as sut_driver
+from loopcheck.driver.driver import Overran, run_workload, watchdog
 from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.pytest_plugin import run_machine
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Prefill, Resume
 from loopcheck.model.workload import RequestSpec, Workload
-from loopcheck.sut import driver as sut_driver
-from loopcheck.sut.driver import Overran, run_workload, watchdog
 from loopcheck.sut.model_sut import ModelSUT
-from loopcheck.sut.torch_sut import TorchSUT
 from loopcheck.sut.view import RUNNING, RequestView
 from tests.engine_workloads import livelock_example
 from tests.helpers import req, workload
@@ -313,8 +314,9 @@ def test_a_system_that_refuses_some_configs_is_fuzzed_on_the_others(tmp_path) ->
             refused.append(cfg)
             raise WorkloadError("config.max_num_batched_tokens: this system needs at least max_num_seqs")
         return ToyScheduler(cfg)
-    result = run_campaign("guarded", 600, 1, tmp_path, mode="random", factory=like_vllm, checks=CheckSet("property"),
-                          batch_examples=5, guidance="both", max_examples=40)
+    result = run_campaign(CampaignSettings(
+        "guarded", 600, 1, tmp_path, mode="random", factory=like_vllm, checks=CheckSet("property"), batch_examples=5,
+        guidance="both", max_examples=40))
     assert result.violation is None and result.interrupted is None
     assert result.stats.examples > 20 and sum(result.stats.windows.values()) > 0   # directed rounds ran
     assert result.stats.guidance["corpus entries"] > 0                            # and corpus rounds

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.settings import CampaignSettings
 
 redis = pytest.importorskip("redis")
 
@@ -37,6 +38,7 @@ def redis_url(tmp_path):
 
 
 def test_a_failing_example_is_saved_to_redis(redis_url, tmp_path) -> None:
-    result = run_campaign("unguarded", 600, 2, tmp_path, db=redis_url, max_examples=200, max_replays=20)
+    result = run_campaign(CampaignSettings(
+        "unguarded", 600, 2, tmp_path, db=redis_url, max_examples=200, max_replays=20))
     assert result.violation is not None
     assert redis.Redis.from_url(redis_url).dbsize() > 0

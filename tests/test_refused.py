@@ -9,9 +9,9 @@ from pathlib import Path
 
 from loopcheck.checks.suite import checks_for
 from loopcheck.cli import main
+from loopcheck.driver.driver import run_workload
 from loopcheck.model.config import Config
 from loopcheck.model.workload import RequestSpec, Workload
-from loopcheck.sut.driver import run_workload
 from tests.toy_scheduler import PINNED, LongPromptsRefused
 
 TOY = str(Path(__file__).parent / "toy_scheduler.py")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from loopcheck.adapters.simulate import simulate_engine, simulate_model
 from loopcheck.model.simulate import model_steps
 from loopcheck.model.workload import load_workload
-from loopcheck.sut.simulate import simulate_engine, simulate_model
 
 TABLE = load_workload(Path(__file__).parent.parent / "examples" / "regression_table.json")
 

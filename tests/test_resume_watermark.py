@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from loopcheck.adapters.simulate import simulate_model
+from loopcheck.adapters.torch_sut import TorchSUT
 from loopcheck.checks.suite import checks_for
+from loopcheck.driver.driver import run_workload
 from loopcheck.explorer.explore import explore
 from loopcheck.explorer.liveness import analyse
 from loopcheck.model.bounds import preemption_bound
 from loopcheck.proofs.binding import solved_states, step_disagreement
-from loopcheck.sut.driver import run_workload
-from loopcheck.sut.simulate import simulate_model
-from loopcheck.sut.torch_sut import TorchSUT
 from tests.helpers import req, workload
 
 

@@ -8,17 +8,18 @@ from dataclasses import replace
 
 import pytest
 
+from loopcheck.adapters.torch_sut import TorchSUT
 from loopcheck.checks.base import Violation
 from loopcheck.checks.rules import DocumentedRules
 from loopcheck.checks.suite import CheckSet
+from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event
 from loopcheck.model.workload import RequestSpec, Workload
-from loopcheck.sut.driver import run_workload
 from loopcheck.sut.model_sut import ModelSUT
 from loopcheck.sut.protocol import Internals
-from loopcheck.sut.torch_sut import TorchSUT
 
 
 def contended(**overrides) -> Workload:
@@ -123,6 +124,7 @@ def _most_urgent_victim(monkeypatch) -> None:
 def test_a_policy_bug_planted_in_the_model_is_found_without_a_reference(monkeypatch, tmp_path, plant, prop,
                                                                          policy) -> None:
     plant(monkeypatch)
-    result = run_campaign(policy, 600, 1, tmp_path, mode="random", factory=ModelSUT, checks=CheckSet("property"),
-                          max_examples=200, max_replays=30)
+    result = run_campaign(CampaignSettings(
+        policy, 600, 1, tmp_path, mode="random", factory=ModelSUT, checks=CheckSet("property"), max_examples=200,
+        max_replays=30))
     assert result.violation is not None and result.violation.prop == prop

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from loopcheck.adapters.loader import load_factory
 from loopcheck.cli import main
 from loopcheck.explorer.certificate import adapter_sha256
 from loopcheck.explorer.scope import PRESETS, load_scope, scope_from_json
 from loopcheck.model.workload import load_workload
-from loopcheck.sut.loader import load_factory
 
 ROOT = Path(__file__).parent.parent
 TOY = "tests/toy_scheduler.py"
@@ -163,10 +163,10 @@ def test_most_tokens_is_the_boundary_of_the_pool_and_of_what_the_system_takes() 
 
 
 def test_stop_choices_resolve_to_the_tokens_a_request_is_given_or_never_given() -> None:
+    from loopcheck.adapters.loader import capabilities_of
     from loopcheck.explorer.scope import NEVER
     from loopcheck.explorer.scoped import probe_tokens, resolve_shapes, stop_token
     from loopcheck.model.config import Config
-    from loopcheck.sut.loader import capabilities_of
     from tests.toy_scheduler import PINNED, ToyScheduler
 
     assert stop_token(1, [5, 0, 7], 64) == 0 and stop_token(NEVER, [0, 1, 3], 64) == 2

@@ -1,4 +1,4 @@
-"""SGLang's scheduler behind the SUT protocol (sut/sglang_sut.py): its own
+"""SGLang's scheduler behind the SUT protocol (adapters/sglang_sut.py): its own
 `Scheduler.__init__`, intake, batch choice, radix cache, pools and batch-result
 processing, with a fake model worker. A workload that breaks no property drains
 with every check that applies on; runs are deterministic; SGLang's own pool
@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 
 from loopcheck.checks.suite import CheckSet, checks_for
+from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import RequestSpec, Workload, load_workload
-from loopcheck.sut.driver import run_workload
 from loopcheck.sut.protocol import Refused
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
@@ -34,14 +35,14 @@ KNOWN = "stall.state-repeats,work.token-uncomputed,abort.not-ended"
 
 
 def sglang_config(**changes) -> Config:
-    from loopcheck.sut.sglang_sut import PINNED
+    from loopcheck.adapters.sglang_sut import PINNED
 
     return Config(**{**Config().to_json(), **PINNED, "num_blocks": 16, "block_size": 2, "max_num_seqs": 3,
                      "max_num_batched_tokens": 8, "priority_preemption": False, **changes})
 
 
 def factory():
-    from loopcheck.sut.sglang_sut import SglangSUT
+    from loopcheck.adapters.sglang_sut import SglangSUT
 
     return SglangSUT
 
@@ -186,7 +187,8 @@ def test_a_campaign_reports_nothing_else(tmp_path) -> None:
     """No false alarm: with the findings above ignored, a bounded campaign on
     every shape finds nothing."""
     checks = CheckSet("property", ignore=frozenset(KNOWN.split(",")))
-    result = run_campaign("guarded", 600, 5, tmp_path, "random", factory=factory(), checks=checks, max_examples=100)
+    result = run_campaign(CampaignSettings(
+        "guarded", 600, 5, tmp_path, "random", factory=factory(), checks=checks, max_examples=100))
     assert result.findings == [] and result.stats.examples >= 100
 
 
@@ -203,7 +205,7 @@ def test_building_many_schedulers_leaves_no_thread_behind() -> None:
     # an exploration builds thousands of schedulers in one process: each left a watchdog thread running
     import threading
 
-    from loopcheck.sut.sglang_sut import SglangSUT
+    from loopcheck.adapters.sglang_sut import SglangSUT
 
     cfg = sglang_config()
     SglangSUT(cfg)

@@ -27,7 +27,7 @@ from functools import partial
 from loopcheck.checks.suite import CheckSet
 from loopcheck.explorer.scope import scope_from_json
 from loopcheck.explorer.scoped import Limits, explore_units, make_plan
-from loopcheck.sut.loader import capabilities_of
+from loopcheck.adapters.loader import capabilities_of
 from tests.toy_scheduler import ToyScheduler
 assert sys.modules["loopcheck.checks.base"].__file__.startswith(sys.argv[1]) or sys.argv[1] == "-"
 scope = scope_from_json({"schema": "loopcheck/scope@1", "configs": {"num_blocks": [4], "block_size": [2],

@@ -10,9 +10,9 @@ import pytest
 
 from loopcheck.checks.suite import checks_for
 from loopcheck.cli import main
+from loopcheck.driver.driver import run_workload
 from loopcheck.model.config import Config
 from loopcheck.model.workload import RequestSpec, Workload, load_workload
-from loopcheck.sut.driver import run_workload
 from loopcheck.sut.protocol import ProtocolError
 from tests.broken_adapters import (
     GenericWrongArity,

@@ -1,4 +1,4 @@
-"""vLLM's v1 scheduler behind the SUT protocol (sut/vllm_sut.py): it drains
+"""vLLM's v1 scheduler behind the SUT protocol (adapters/vllm_sut.py): it drains
 workloads that break no property, and loopcheck finds, shrinks and replays its two
 known bugs: the queue-head stall of a request larger than the pool (vLLM issue
 #35541) and the priority inversion when max_num_seqs is the bottleneck (#40004).
@@ -18,12 +18,13 @@ from loopcheck.checks.lifecycle import CachedPages
 from loopcheck.checks.rules import DocumentedRules
 from loopcheck.checks.suite import CheckSet, checks_for
 from loopcheck.cli import main
+from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.directed import draw_workloads
+from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import Shape, configs, workloads
 from loopcheck.model.config import Config
 from loopcheck.model.workload import RequestSpec, Workload, load_workload
-from loopcheck.sut.driver import run_workload
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM is not installed: run scripts/install-engine.sh vllm")
@@ -32,13 +33,13 @@ EXAMPLES = Path(__file__).parent.parent / "examples" / "vllm"
 
 
 def vllm_config(**changes) -> Config:
-    from loopcheck.sut.vllm_sut import PINNED
+    from loopcheck.adapters.vllm_sut import PINNED
 
     return Config(**{**Config().to_json(), **PINNED, **changes})
 
 
 def factory():
-    from loopcheck.sut.vllm_sut import VllmSUT
+    from loopcheck.adapters.vllm_sut import VllmSUT
 
     return VllmSUT
 
@@ -95,9 +96,9 @@ def test_shipped_counterexamples_replay(name, prop, capsys) -> None:
 @pytest.mark.parametrize("shape,prop,others", [("", "stall", ("never-fit-not-rejected", "priority-inversion")),
                                                ("oversized=off", "priority-inversion", ())])
 def test_fuzzing_finds_each_bug_from_scratch(tmp_path, shape, prop, others) -> None:
-    result = run_campaign("guarded", 600, 1, tmp_path, "random", factory=factory(),
+    result = run_campaign(CampaignSettings("guarded", 600, 1, tmp_path, "random", factory=factory(),
                           checks=CheckSet("property", frozenset(others)), shape=Shape.parse(shape),
-                          max_examples=1500)
+                          max_examples=1500))
     assert result.violation is not None and result.violation.prop == prop, result.violation
     assert result.requests <= 3
     replayed = run_workload(load_workload(result.counterexample), factory(), checks_for("property"))
@@ -158,7 +159,7 @@ def test_runs_that_share_vllms_config_do_what_runs_on_a_fresh_one_do() -> None:
     shares it (the pool's size set before each Scheduler is built): vLLM only
     reads it, so each run, interleaved with runs on other pools that share it,
     gives the trace and outputs of the same run on a config built for it alone."""
-    from loopcheck.sut.vllm_sut import PINNED, engine_config
+    from loopcheck.adapters.vllm_sut import PINNED, engine_config
 
     def outcome(w: Workload) -> tuple:
         run = run_workload(w, factory(), max_steps=40)   # (a prompt larger than the pool stalls vLLM)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loopcheck.adapters.loader import load_factory
 from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.pytest_plugin import run_machine
-from loopcheck.sut.loader import load_factory
+from loopcheck.fuzz.settings import CampaignSettings
 
 ADAPTER = str(Path(__file__).parent.parent / "examples/adapter/minisched_adapter.py")
 
@@ -36,6 +37,6 @@ def test_a_block_that_keeps_its_hash_when_reused_is_found(tmp_path, monkeypatch)
         return block
     monkeypatch.setattr(minisched.BlockManager, "_take", take)
     # (a second holder's table shows the block too: kv-tables, ignored as a user would --ignore it)
-    result = run_campaign("guarded", 600, 1, tmp_path, "random", factory=factory,
-                          checks=CheckSet("property", frozenset({"kv-tables"})), max_examples=2000, max_replays=50)
+    result = run_campaign(CampaignSettings("guarded", 600, 1, tmp_path, "random", factory=factory,
+                          checks=CheckSet("property", frozenset({"kv-tables"})), max_examples=2000, max_replays=50))
     assert result.violation is not None and result.violation.prop == "kv-hit-blocks", result.violation

@@ -1,5 +1,5 @@
-"""The fake model of the shipped real-engine adapters: its config (the tiny model
-in tiny_model/, which vLLM and SGLang read: no weights, no tokenizer, no EOS) and
+"""The fake language model of the shipped real-engine adapters: its config (the tiny LM
+in tiny_lm/, which vLLM and SGLang read: no weights, no tokenizer, no EOS) and
 the token it answers, a hash of the request's whole token sequence so far, so that
 a recompute yields the same tokens and a wrong context would not."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-TINY_MODEL_DIR = Path(__file__).parent / "tiny_model"
-VOCAB = 128   # vocab_size in tiny_model/config.json
+TINY_LM_DIR = Path(__file__).parent / "tiny_lm"
+VOCAB = 128   # vocab_size in tiny_lm/config.json
 
 
 def fake_token(tokens: list[int]) -> int:

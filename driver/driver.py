@@ -17,7 +17,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loopcheck.checks.base import Check, Ignoring, Violation, ignored, matches
+from loopcheck.checks.base import DRIVER_PROPERTIES, Check, Ignoring, Reference, Violation, ignored, matches
+from loopcheck.driver.coverage import EdgeCoverage
 from loopcheck.model.bounds import work_units
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
@@ -25,8 +26,8 @@ from loopcheck.model.events import Event, GenericEventError
 from loopcheck.model.simulate import Counters
 from loopcheck.model.workload import InputSchedule, RequestSpec, Workload
 from loopcheck.sut.code import Frame, code_paths, innermost, place, site
-from loopcheck.sut.coverage import EdgeCoverage
 from loopcheck.sut.protocol import (
+    Capabilities,
     Internals,
     Observation,
     ProtocolError,
@@ -42,7 +43,8 @@ from loopcheck.sut.view import TraceView
 
 OnStep = Callable[[list[Event], Observation], None]
 CALL_TIMEOUT = 10.0   # seconds a call into the SUT may run before it is a hang
-DRIVER_PROPERTIES = ("crash", "hang", "liveness")   # what the driver itself reports (no check does)
+REFERENCE_RUNS_KEPT = 2048   # unconstrained runs remembered per process (an exploration ends many runs alike)
+_reference_runs: dict[tuple, Reference] = {}   # (oldest first)
 
 
 class RunEnded(Exception):
@@ -284,6 +286,25 @@ class Driver:
                        last)
         for c in self.checks:
             self._run_check(lambda c=c: c.at_end(self, self.obs), last)
+
+    @property
+    def caps(self) -> Capabilities:
+        return self.sut.capabilities
+
+    def reference(self, workload: Workload, max_steps: int) -> Reference:
+        """The run of `workload` on a fresh system of this run's factory, without
+        checks, to `max_steps`; the same workload again (systems are
+        deterministic) is not run again while it is among the last
+        REFERENCE_RUNS_KEPT."""
+        key = (self.factory, workload, max_steps)
+        found = _reference_runs.pop(key, None)
+        if found is None:
+            run = run_workload(workload, self.factory, (), max_steps=max_steps)
+            found = Reference(run.violation, run.drained, run.observation)
+            if len(_reference_runs) >= REFERENCE_RUNS_KEPT:
+                del _reference_runs[next(iter(_reference_runs))]
+        _reference_runs[key] = found
+        return found
 
     def internals(self) -> Internals:
         """The SUT's `Internals` now (only for SUTs whose capabilities say internals)."""

@@ -31,17 +31,17 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
+from loopcheck.adapters.fake_lm import TINY_LM_DIR, VOCAB, fake_token
+from loopcheck.adapters.step_clock import install_step_clock
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt, Prefill, RequestOutput, Resume, Token
 from loopcheck.model.workload import RequestSpec
-from loopcheck.sut.fake_model import TINY_MODEL_DIR, VOCAB, fake_token
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
-from loopcheck.sut.step_clock import install_step_clock
 
 PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
                               allocation="incremental", watermark_blocks=0)
-# the scheduling modules that order by time (loopcheck.sut.step_clock)
+# the scheduling modules that order by time (loopcheck.adapters.step_clock)
 CLOCK_USERS = ("sglang.srt.observability.req_time_stats", "sglang.srt.managers.scheduler")
 # what SGLang's import graph takes from torchvision (sglang/srt/multimodal/internvl_utils.py)
 TORCHVISION_IMPORTS = ("torchvision", "torchvision.transforms", "torchvision.transforms.functional")
@@ -117,7 +117,7 @@ def _server_args(cfg: Config) -> Any:
     from sglang.srt.runtime_context import get_context
 
     fields = dict(
-        model_path=str(TINY_MODEL_DIR), device="cpu", skip_tokenizer_init=True, disable_overlap_schedule=True,
+        model_path=str(TINY_LM_DIR), device="cpu", skip_tokenizer_init=True, disable_overlap_schedule=True,
         page_size=cfg.block_size, max_running_requests=cfg.max_num_seqs,
         max_prefill_tokens=cfg.max_num_batched_tokens, chunked_prefill_size=cfg.max_num_batched_tokens,
         enable_mixed_chunk=cfg.execution == "mixed", disable_radix_cache=not cfg.prefix_caching,

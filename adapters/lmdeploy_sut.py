@@ -24,13 +24,13 @@ import os
 from types import SimpleNamespace
 from typing import Any
 
+from loopcheck.adapters.fake_lm import fake_token
+from loopcheck.adapters.step_clock import install_step_clock
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt, Prefill, RequestOutput, Resume, Token
 from loopcheck.model.workload import RequestSpec
-from loopcheck.sut.fake_model import fake_token
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
-from loopcheck.sut.step_clock import install_step_clock
 
 PINNED: dict[str, Any] = dict(block_size=16, num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
                               allocation="upfront", watermark_blocks=0, priority_preemption=False,
@@ -68,7 +68,7 @@ class _FakeExecutor:
                               stopped=torch.tensor(stopped, dtype=torch.bool))
 
 
-# the scheduling modules that order by time (loopcheck.sut.step_clock)
+# the scheduling modules that order by time (loopcheck.adapters.step_clock)
 CLOCK_USERS = ("lmdeploy.pytorch.paging.block_manager.base_block_manager", "lmdeploy.pytorch.paging.prefill_scheduler",
                "lmdeploy.pytorch.paging.block_trie.checkpoint_lifecycle", "lmdeploy.pytorch.strategies.ar.sequence")
 

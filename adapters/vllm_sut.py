@@ -21,11 +21,11 @@ import functools
 import os
 from typing import Any
 
+from loopcheck.adapters.fake_lm import TINY_LM_DIR, fake_token
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt, Prefill, RequestOutput, Resume, Token
 from loopcheck.model.workload import RequestSpec
-from loopcheck.sut.fake_model import TINY_MODEL_DIR, fake_token
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
 
 PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
@@ -47,7 +47,7 @@ def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_
     sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                             max_model_len=65536, enable_chunked_prefill=True, is_encoder_decoder=False,
                             long_prefill_token_threshold=long_prefill, policy=policy)
-    model = ModelConfig(model=str(TINY_MODEL_DIR), skip_tokenizer_init=True, dtype="float32", seed=0,
+    model = ModelConfig(model=str(TINY_LM_DIR), skip_tokenizer_init=True, dtype="float32", seed=0,
                         max_model_len=65536)
     cache = CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching)
     events = KVEventsConfig(enable_kv_cache_events=True, publisher="null")   # (read after each schedule())

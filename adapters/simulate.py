@@ -4,9 +4,9 @@ shape `loopcheck simulate` prints."""
 from __future__ import annotations
 
 from loopcheck.checks.base import Violation
+from loopcheck.driver.driver import OnStep, run_workload
 from loopcheck.model.simulate import SimResult
 from loopcheck.model.workload import Workload
-from loopcheck.sut.driver import OnStep, run_workload
 from loopcheck.sut.protocol import SutFactory
 
 
@@ -35,6 +35,6 @@ def simulate_engine(workload: Workload, max_steps: int, keep_trace: bool = False
     """The torch engine run."""
     from functools import partial
 
-    from loopcheck.sut.torch_sut import TorchSUT
+    from loopcheck.adapters.torch_sut import TorchSUT
 
     return simulate(workload, partial(TorchSUT, batch_invariant=batch_invariant), max_steps, "torch", keep_trace)[0]

@@ -13,9 +13,14 @@ from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.sut.protocol import Capabilities, ProtocolError, SutFactory, check_sut
 
-SHIPPED = {"model": "loopcheck.sut.model_sut:ModelSUT", "torch": "loopcheck.sut.torch_sut:TorchSUT",
-           "vllm": "loopcheck.sut.vllm_sut:VllmSUT", "lmdeploy": "loopcheck.sut.lmdeploy_sut:LmdeploySUT",
-           "sglang": "loopcheck.sut.sglang_sut:SglangSUT"}
+SHIPPED = {"model": "loopcheck.sut.model_sut:ModelSUT", "torch": "loopcheck.adapters.torch_sut:TorchSUT",
+           "vllm": "loopcheck.adapters.vllm_sut:VllmSUT", "lmdeploy": "loopcheck.adapters.lmdeploy_sut:LmdeploySUT",
+           "sglang": "loopcheck.adapters.sglang_sut:SglangSUT"}
+
+
+# modules of earlier releases -> where they are now: a spec naming one still loads, with a warning
+MOVED = {f"loopcheck.sut.{name}": f"loopcheck.adapters.{name}"
+         for name in ("torch_sut", "vllm_sut", "sglang_sut", "lmdeploy_sut")}
 
 
 def load_factory(spec: str) -> SutFactory:
@@ -23,6 +28,10 @@ def load_factory(spec: str) -> SutFactory:
     "path/file.py:name"); WorkloadError naming --adapter if it cannot be loaded."""
     target = SHIPPED.get(spec, spec)
     module_name, sep, attr = target.rpartition(":")
+    if module_name in MOVED:
+        print(f"loopcheck: warning: --adapter {spec}: {module_name} moved to {MOVED[module_name]}; "
+              "the old name goes in the next release", file=sys.stderr)
+        module_name = MOVED[module_name]
     if not sep or not module_name or not attr:
         raise WorkloadError(f"--adapter: expected one of {', '.join(SHIPPED)} or MODULE:FACTORY, got {spec!r}")
     try:
