@@ -32,8 +32,7 @@ from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt,
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
 
-PINNED: dict[str, Any] = dict(block_size=16, num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
-                              allocation="upfront", watermark_blocks=0, priority_preemption=False,
+PINNED: dict[str, Any] = dict(block_size=16, allocation="upfront", watermark_blocks=0, priority_preemption=False,
                               execution="refill")
 MAX_SESSION_LEN = 1 << 20   # the engine caps it further by the pool (Engine._get_max_session_len)
 

@@ -39,8 +39,7 @@ from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt,
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
 
-PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
-                              allocation="incremental", watermark_blocks=0)
+PINNED: dict[str, Any] = dict(allocation="incremental", watermark_blocks=0)
 # the scheduling modules that order by time (loopcheck.adapters.step_clock)
 CLOCK_USERS = ("sglang.srt.observability.req_time_stats", "sglang.srt.managers.scheduler")
 # what SGLang's import graph takes from torchvision (sglang/srt/multimodal/internvl_utils.py)

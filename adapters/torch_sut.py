@@ -18,7 +18,7 @@ class TorchSUT:
         self.engine = LLMEngine(cfg, batch_invariant)
         self.capabilities = Capabilities(kv=True, state_key=True, fingerprints=True,
                                          priorities=cfg.priority_preemption, semantics="loopcheck",
-                                         internals=True, block_tables=True,
+                                         internals=True, block_tables=True, looped=True,
                                          code=("loopcheck.engine.scheduler", "loopcheck.engine.kv_cache"))
 
     def add(self, spec: RequestSpec) -> None:

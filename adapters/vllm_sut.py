@@ -8,8 +8,8 @@ constraints-vllm.txt). Config mapping: block_size; num_blocks usable blocks (vLL
 reserves one more as its null block); max_num_seqs; max_num_batched_tokens;
 prefill_chunk_size as long_prefill_token_threshold; prefix_caching; policy
 "priority" with priority_preemption, else "fcfs". The fields vLLM has no notion
-of are pinned (one depth, one KV plane, incremental allocation, no watermark,
-no WCPB, no CPU snapshots: a preempted request recomputes, keeping its tokens).
+of are pinned (incremental allocation, no watermark; the plain-engine profile of
+sut/protocol.py pins the looped-model fields: a preempted request recomputes, keeping its tokens).
 
 The fake model's token is a hash of the request's whole token sequence so far,
 so a recompute yields the same tokens and a wrong context would not.
@@ -28,8 +28,7 @@ from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt,
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
 
-PINNED: dict[str, Any] = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
-                              allocation="incremental", watermark_blocks=0, execution="mixed")
+PINNED: dict[str, Any] = dict(allocation="incremental", watermark_blocks=0, execution="mixed")
 _REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "rejected"}
 
 

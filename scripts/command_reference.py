@@ -16,7 +16,7 @@ from pathlib import Path
 from loopcheck.cli import help_texts
 
 REFERENCE = Path(__file__).parent.parent / "docs" / "commands.md"
-BLOCK = re.compile(r"(<!-- usage: (loopcheck(?: \w+)?) -->\n)```text\n.*?```\n", re.S)
+BLOCK = re.compile(r"(<!-- usage: (loopcheck(?: [\w-]+)?) -->\n)```text\n.*?```\n", re.S)
 
 
 def regenerated(text: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -37,19 +38,22 @@ def place(filename: str, function: str) -> str:
 def code_paths(modules: tuple[str, ...]) -> tuple[str, ...]:
     """The folders (packages) and files (modules) of the named modules, as
     absolute paths; a module that cannot be found is left out (importing a
-    parent package to look may run its code, as importing the system does)."""
+    parent package to look may run its code, as importing the system does). A
+    module already loaded without a spec is found by its __path__ or __file__."""
     paths: list[str] = []
     for name in modules:
         try:
             spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
+            folders, origin = (spec.submodule_search_locations, spec.origin) if spec else (None, None)
+        except ValueError:   # loaded without a spec, as a stub package of an engine run from its source tree
+            module = sys.modules[name]
+            folders, origin = getattr(module, "__path__", None), getattr(module, "__file__", None)
+        except ImportError:
             continue
-        if spec is None:
-            continue
-        if spec.submodule_search_locations:
-            paths += [str(Path(p).resolve()) + "/" for p in spec.submodule_search_locations]
-        elif spec.origin:
-            paths.append(str(Path(spec.origin).resolve()))
+        if folders:
+            paths += [str(Path(p).resolve()) + "/" for p in folders]
+        elif origin:
+            paths.append(str(Path(origin).resolve()))
     return tuple(paths)
 
 

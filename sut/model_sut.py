@@ -23,7 +23,8 @@ class ModelSUT:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
-                                         semantics="loopcheck", internals=True, code=("loopcheck.model.reference",))
+                                         semantics="loopcheck", internals=True, looped=True,
+                                         code=("loopcheck.model.reference",))
         self.env = WorkloadEnv(Workload(cfg, ()))
         self._state: SchedState = initial_state(cfg.num_blocks, 0)
         self.outputs: dict[str, RequestOutput] = {}

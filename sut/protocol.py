@@ -51,6 +51,11 @@ class Refused(Exception):  # noqa: N818 - what the system answers, not an error 
     says why; the driver counts it (`Driver.refused`)."""
 
 
+# The config fields of looped models, at the values of an engine without them (the plain-engine profile).
+PLAIN_ENGINE: dict[str, Any] = {"num_loops": 1, "min_loops": 1, "kv_layout": "shared", "wcpb": False,
+                                "snapshots": False}
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a SUT reports and claims.
@@ -84,6 +89,11 @@ class Capabilities:
     cached_pages: `Observation.cached_pages` lists what the prefix cache holds
       (the cached-page rule of `prefix-hits` runs after every step, not only
       when a page is hit).
+    looped: the system runs looped (depth-recurrent) models, as loopcheck's own
+      model and engine do. Left False (the plain-engine profile), the config
+      fields only looped models have are pinned to what a plain engine runs
+      (PLAIN_ENGINE: one loop, one KV plane, no WCPB chunks, no CPU snapshots),
+      so its adapter never mentions them.
     """
 
     kv: bool = False
@@ -98,6 +108,11 @@ class Capabilities:
     code: tuple[str, ...] = ()
     refuses: tuple[str, ...] = ()
     cached_pages: bool = False
+    looped: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.looped and isinstance(self.pinned, dict):
+            object.__setattr__(self, "pinned", {**PLAIN_ENGINE, **self.pinned})
 
 
 @dataclass
@@ -222,6 +237,11 @@ def check_sut(sut: object) -> SystemUnderTest:
     if not CONFIG_FIELDS.issuperset(caps.pinned):
         raise ProtocolError("capabilities.pinned maps config fields to values",
                             f"not config fields: {sorted(set(caps.pinned) - CONFIG_FIELDS)}")
+    looped_only = {name: caps.pinned[name] for name, plain in PLAIN_ENGINE.items()
+                   if caps.pinned.get(name, plain) != plain}
+    if not caps.looped and looped_only:
+        raise ProtocolError("a system without looped models (capabilities.looped False) runs "
+                            + ", ".join(f"{k}={v!r}" for k, v in PLAIN_ENGINE.items()), f"it pins {looped_only}")
     return sut  # type: ignore[return-value]
 
 

@@ -31,8 +31,7 @@ from loopcheck.model.events import (
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
 
-PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False,
-              allocation="incremental", watermark_blocks=0, execution="mixed")
+PINNED = dict(allocation="incremental", watermark_blocks=0, execution="mixed")
 # Bugs "misplaced-KIND": the toy reports an event of that kind, once, for a request in a state where no
 # scheduler can report it (its arguments are well formed; SELF stands for the request's own id):
 # kind -> (that state, the event's arguments).

@@ -36,8 +36,7 @@ from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation
 
 # Its allocation is neither upfront nor incremental: it holds at most what upfront allows.
-PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False, allocation="upfront",
-              watermark_blocks=0, execution="mixed")
+PINNED = dict(allocation="upfront", watermark_blocks=0, execution="mixed")
 BUGS = {
     "stale-hash": "eviction leaves the evicted block's hash in the table",
     "partial-hash": "a page is hashed when a chunk ends inside it, before it is full",

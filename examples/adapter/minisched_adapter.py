@@ -55,15 +55,14 @@ def _import_minisched():
 minisched = _import_minisched()
 
 # The config fields minisched has one setting of (configs are drawn with these):
-# one depth, one KV plane, no WCPB or snapshots, FCFS only, no watermark; steps that are
+# FCFS only, no watermark; steps that are
 # all prefill or all decode ("refill"); it allocates the whole prompt at admission, then a
 # block per page as it decodes, neither upfront nor incremental: "upfront" makes the KV
 # checks take the looser bound. It does not chunk prefills (prefill_chunk_size is read by
 # no check), and takes whole prompts and their tokens in one prefill, so its token budget
 # is pinned above any drawn request's length. Its prefix cache cannot be switched off.
-PINNED = dict(num_loops=1, min_loops=1, kv_layout="shared", wcpb=False, snapshots=False, priority_preemption=False,
-              watermark_blocks=0, execution="refill", allocation="upfront", max_num_batched_tokens=64,
-              prefix_caching=True)
+PINNED = dict(priority_preemption=False, watermark_blocks=0, execution="refill", allocation="upfront",
+              max_num_batched_tokens=64, prefix_caching=True)
 
 
 class MiniSchedSUT:
@@ -151,7 +150,7 @@ class MiniSchedSUT:
         held = sum(count > 0 for count in manager.ref_count)
         errors = [] if held + len(manager.free_ids) == self.cfg.num_blocks else [
             f"{held} blocks held + {len(manager.free_ids)} free != {self.cfg.num_blocks}"]
-        outputs = {rid: RequestOutput(rid, list(tokens), [1] * len(tokens), self.finish.get(rid))
+        outputs = {rid: RequestOutput(rid, list(tokens), finish_reason=self.finish.get(rid))
                    for rid, tokens in self.tokens.items()}
         state = (tuple((rid, s.status, tuple(s.token_ids), tuple(s.block_table)) for rid, s in self.seqs.items()),
                  tuple(s.seq_id for s in self.scheduler.waiting), tuple(s.seq_id for s in self.scheduler.running),
