@@ -37,9 +37,20 @@ from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt, Prefill, RequestOutput, Resume, Token
 from loopcheck.model.workload import RequestSpec
-from loopcheck.sut.protocol import Capabilities, Observation, Refused
+from loopcheck.sut.protocol import Capabilities, Observation, Refused, VictimOrder
 
 PINNED: dict[str, Any] = dict(allocation="incremental", watermark_blocks=0)
+
+
+def retraction_key(prompt_len: int, tokens: int, priority: int) -> tuple[int, int]:
+    """SGLang's default retraction policy ("length"): the fewest output tokens
+    first, then the longest prompt (ScheduleBatch._get_decode_retraction_order
+    sorts by (len(output_ids), -len(origin_input_ids)) and retract_decode pops
+    from the end); larger is retracted first."""
+    return -tokens, prompt_len
+
+
+RETRACTION_ORDER = VictimOrder(retraction_key, "SGLang's retract_decode (retraction_policy 'length')")
 # the scheduling modules that order by time (loopcheck.adapters.step_clock)
 CLOCK_USERS = ("sglang.srt.observability.req_time_stats", "sglang.srt.managers.scheduler")
 # what SGLang's import graph takes from torchvision (sglang/srt/multimodal/internvl_utils.py)
@@ -274,7 +285,8 @@ class SglangSUT:
         install_step_clock(CLOCK_USERS)
         self.cfg = cfg
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=False, pinned=PINNED,
-                                         block_tables=True, code=("sglang.srt.managers.scheduler",
+                                         block_tables=True, victim_order=RETRACTION_ORDER,
+                                         code=("sglang.srt.managers.scheduler",
                                                                   "sglang.srt.managers.schedule_policy",
                                                                   "sglang.srt.managers.schedule_batch",
                                                                   "sglang.srt.managers.scheduler_components",

@@ -24,7 +24,7 @@ class GuardedFutility(Check):
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         if caps.semantics != "loopcheck":
-            return "the system does not claim loopcheck's semantics (its guarded preflight)"
+            return "the system does not claim loopcheck's guarded preflight (capabilities.semantics)"
         if not (cfg.priority_preemption and cfg.preemption_policy == "guarded"):
             return "only the guarded policy promises preflight-checked preemptions"
         return None

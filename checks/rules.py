@@ -6,6 +6,7 @@ snapshots."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.needs import lifetime_blocks
@@ -15,6 +16,7 @@ from loopcheck.sut.protocol import Capabilities, Internals, Observation
 from loopcheck.sut.view import AFTER, PREEMPTED, RUNNING, SUBMITTED, WAITING
 
 QUEUED = (WAITING, PREEMPTED)
+NO_SEMANTICS = "the system does not claim loopcheck's semantics (capabilities.semantics)"
 
 
 def turn_preemptions(events: list[Event], before: dict[str, str]) -> list[Preempt]:
@@ -58,20 +60,19 @@ class DocumentedRules(Check):
     - CPU snapshots: with snapshots on, exactly the preempted requests hold one;
       without, none does (so nothing is held by a finished request)."""
 
-    props = ("one-victim", "victim-order", "bypass-limit", "bypass-count", "futility-guard", "snapshots")
+    props = ("one-victim", "bypass-limit", "bypass-count", "futility-guard", "snapshots")
 
     def __init__(self) -> None:
         self.bypasses: Counter[str] = Counter()
         self.internals: Internals = Internals()
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
-        return None if caps.semantics == "loopcheck" else "the system does not claim loopcheck's semantics"
+        return None if caps.semantics == "loopcheck" else NO_SEMANTICS
 
     def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         view, cfg = run.view, run.cfg
         before = view.before
         self._one_victim_per_turn(events, before)
-        self._victim_order(run, events, before)
         self._fold_bypasses(run, events, before)
         if not run.caps.internals:
             return
@@ -102,44 +103,6 @@ class DocumentedRules(Check):
             if count > 1:
                 raise Violation("one-victim", f"{by} preempted {count} requests in one step; a waiting request "
                                               "preempts one victim per turn")
-
-    @staticmethod
-    def _victim_order(run: RunView, events: list[Event], before: dict[str, str]) -> None:
-        """The least urgent eligible running request is the victim: for a running
-        request growing, the one with the largest key above its own (else itself);
-        for a waiting one under the unguarded policy, the one with the largest key
-        among those of a larger priority value. (Every such request is visited
-        after the requester, so none is in the batch yet.) Under guarded, the
-        victim is the least urgent one the preflight passes; with upfront
-        allocation and no prefix caching a candidate holding at least the
-        victim's blocks passes whenever the victim does, so no less urgent
-        candidate may hold that many."""
-        cfg = run.cfg
-        spec = {rid: r.spec for rid, r in run.view.requests.items()}
-        unguarded = cfg.preemption_policy == "unguarded"
-        exact_blocks = cfg.allocation == "upfront" and not cfg.prefix_caching
-        status = dict(before)
-        for e in events:
-            by = e.by if isinstance(e, Preempt) else None
-            if by is not None and by in spec:
-                running = [rid for rid, s in status.items() if s == RUNNING and rid != by]
-                if status.get(by) == RUNNING:
-                    eligible = [rid for rid in running if spec[rid].key > spec[by].key]
-                    expected = max(eligible, key=lambda rid: spec[rid].key) if eligible else by
-                elif unguarded:
-                    eligible = [rid for rid in running if spec[rid].priority > spec[by].priority]
-                    expected = max(eligible, key=lambda rid: spec[rid].key) if eligible else None
-                else:
-                    expected = e.rid
-                    if exact_blocks:
-                        need = lifetime_blocks(spec[e.rid], cfg)
-                        passed_over = [rid for rid in running if spec[rid].priority > spec[by].priority
-                                       and spec[rid].key > spec[e.rid].key and lifetime_blocks(spec[rid], cfg) >= need]
-                        expected = max(passed_over, key=lambda rid: spec[rid].key) if passed_over else e.rid
-                if e.rid != expected:
-                    raise Violation("victim-order", f"{e}: the least urgent eligible running request is "
-                                                    f"{expected}, not {e.rid}")
-            status[e.rid] = AFTER.get(e.kind, status.get(e.rid, SUBMITTED))
 
     def _fold_bypasses(self, run: RunView, events: list[Event], before: dict[str, str]) -> None:
         view, limit = run.view, run.cfg.max_bypasses
@@ -186,3 +149,88 @@ class DocumentedRules(Check):
         if new and not guarded:
             raise Violation("futility-guard", f"the {cfg.preemption_policy} policy keeps guard entries: "
                                               f"{sorted(new)}", rule="policy-keeps-entries")
+
+
+class VictimOrders(Check):
+    """Each preemption picks the victim the system's claimed order picks: for a
+    system with loopcheck's semantics, the order of docs/semantics.md (below);
+    for another, the `VictimOrder` its capabilities claim for the requests it
+    retracts (preemptions naming no requester): no candidate it kept has a
+    larger key than one it preempted."""
+
+    props = ("victim-order",)
+
+    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
+        if caps.semantics == "loopcheck" or caps.victim_order is not None:
+            return None
+        return "the system claims no victim order (capabilities.victim_order)"
+
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        if run.caps.semantics == "loopcheck":
+            self._documented(run, events, run.view.before)
+        else:
+            self._claimed(run, events)
+
+    @staticmethod
+    def _claimed(run: RunView, events: list[Event]) -> None:
+        order = run.caps.victim_order
+        assert order is not None
+        view, before = run.view, run.view.before
+        tokens = {}   # each request's tokens when the step started
+        for e, had in zip(events, view.tokens_before, strict=True):
+            tokens.setdefault(e.rid, had)
+        aborted = {e.rid for e in events if e.kind == "abort"}
+        candidates = {rid for rid, status in before.items() if status == RUNNING and rid not in aborted
+                      and tokens.get(rid, view.requests[rid].generated) >= 1}
+        retracted = [e.rid for e in events if isinstance(e, Preempt) and e.by is None and e.rid in candidates]
+        if not retracted:
+            return
+
+        def key(rid: str) -> Any:
+            spec = view.requests[rid].spec
+            return order.key(len(spec.prompt), tokens.get(rid, view.requests[rid].generated), spec.priority)
+
+        for victim in retracted:
+            above = [rid for rid in sorted(candidates - set(retracted)) if key(rid) > key(victim)]
+            if above:
+                raise Violation("victim-order", f"{victim} (key {key(victim)}) was preempted while {above[0]} "
+                                                f"(key {key(above[0])}) was kept: {order.source} preempts larger "
+                                                "keys first")
+
+    @staticmethod
+    def _documented(run: RunView, events: list[Event], before: dict[str, str]) -> None:
+        """The least urgent eligible running request is the victim: for a running
+        request growing, the one with the largest key above its own (else itself);
+        for a waiting one under the unguarded policy, the one with the largest key
+        among those of a larger priority value. (Every such request is visited
+        after the requester, so none is in the batch yet.) Under guarded, the
+        victim is the least urgent one the preflight passes; with upfront
+        allocation and no prefix caching a candidate holding at least the
+        victim's blocks passes whenever the victim does, so no less urgent
+        candidate may hold that many."""
+        cfg = run.cfg
+        spec = {rid: r.spec for rid, r in run.view.requests.items()}
+        unguarded = cfg.preemption_policy == "unguarded"
+        exact_blocks = cfg.allocation == "upfront" and not cfg.prefix_caching
+        status = dict(before)
+        for e in events:
+            by = e.by if isinstance(e, Preempt) else None
+            if by is not None and by in spec:
+                running = [rid for rid, s in status.items() if s == RUNNING and rid != by]
+                if status.get(by) == RUNNING:
+                    eligible = [rid for rid in running if spec[rid].key > spec[by].key]
+                    expected = max(eligible, key=lambda rid: spec[rid].key) if eligible else by
+                elif unguarded:
+                    eligible = [rid for rid in running if spec[rid].priority > spec[by].priority]
+                    expected = max(eligible, key=lambda rid: spec[rid].key) if eligible else None
+                else:
+                    expected = e.rid
+                    if exact_blocks:
+                        need = lifetime_blocks(spec[e.rid], cfg)
+                        passed_over = [rid for rid in running if spec[rid].priority > spec[by].priority
+                                       and spec[rid].key > spec[e.rid].key and lifetime_blocks(spec[rid], cfg) >= need]
+                        expected = max(passed_over, key=lambda rid: spec[rid].key) if passed_over else e.rid
+                if e.rid != expected:
+                    raise Violation("victim-order", f"{e}: the least urgent eligible running request is "
+                                                    f"{expected}, not {e.rid}")
+            status[e.rid] = AFTER.get(e.kind, status.get(e.rid, SUBMITTED))

@@ -16,7 +16,7 @@ from loopcheck.checks.lifecycle import Aborts, CachedPages, Lifecycle, PrefixHit
 from loopcheck.checks.liveness import NeverFitRejected, PriorityVictims, PriorityWaiting, Progress
 from loopcheck.checks.lockstep import Lockstep, ModelBounds
 from loopcheck.checks.outputs import OutputEquivalence, ReportedOutputs
-from loopcheck.checks.rules import DocumentedRules
+from loopcheck.checks.rules import DocumentedRules, VictimOrders
 from loopcheck.checks.safety import Caps, KvConservation, KvHitBlocks, KvTables
 from loopcheck.checks.signatures import PLACED, RULES, current
 from loopcheck.model.errors import WorkloadError
@@ -28,7 +28,7 @@ def property_checks(outputs: bool = True) -> list[Check]:
     """Fresh instances of every property check (checks hold per-run state)."""
     checks: list[Check] = [Lifecycle(), Work(), PromptOnly(), PrefixHits(), CachedPages(), Aborts(), Caps(),
                            KvTables(), KvHitBlocks(), KvConservation(), Progress(), NeverFitRejected(),
-                           PriorityWaiting(), PriorityVictims(), GuardedFutility(), DocumentedRules(),
+                           PriorityWaiting(), PriorityVictims(), GuardedFutility(), DocumentedRules(), VictimOrders(),
                            ReportedOutputs()]
     return checks + ([OutputEquivalence()] if outputs else [])
 

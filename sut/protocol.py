@@ -51,6 +51,21 @@ class Refused(Exception):  # noqa: N818 - what the system answers, not an error 
     says why; the driver counts it (`Driver.refused`)."""
 
 
+@dataclass(frozen=True)
+class VictimOrder:
+    """The order a system documents for the running requests it preempts without
+    naming a requester (a retraction when KV memory runs out): of the
+    candidates (running when the step starts, with at least one token: those
+    decoding, but any aborted in the step), each one preempted in a step has a
+    `key` at least that of every candidate kept. `key(prompt_len, tokens,
+    priority)` is comparable, larger preempted first (ties in any order);
+    `source` says where the order is written (the engine's function), for the
+    message of a violation. A module-level function keeps it picklable."""
+
+    key: Callable[[int, int, int], Any]
+    source: str
+
+
 # The config fields of looped models, at the values of an engine without them (the plain-engine profile).
 PLAIN_ENGINE: dict[str, Any] = {"num_loops": 1, "min_loops": 1, "kv_layout": "shared", "wcpb": False,
                                 "snapshots": False}
@@ -89,6 +104,9 @@ class Capabilities:
     cached_pages: `Observation.cached_pages` lists what the prefix cache holds
       (the cached-page rule of `prefix-hits` runs after every step, not only
       when a page is hit).
+    victim_order: the `VictimOrder` the system claims for the requests it
+      retracts (the victim-order rule then judges it; a system with semantics
+      "loopcheck" has the documented order of docs/semantics.md instead).
     looped: the system runs looped (depth-recurrent) models, as loopcheck's own
       model and engine do. Left False (the plain-engine profile), the config
       fields only looped models have are pinned to what a plain engine runs
@@ -108,6 +126,7 @@ class Capabilities:
     code: tuple[str, ...] = ()
     refuses: tuple[str, ...] = ()
     cached_pages: bool = False
+    victim_order: VictimOrder | None = None
     looped: bool = False
 
     def __post_init__(self) -> None:

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-USERS_PACKAGES = ("model", "engine", "explorer", "fuzz", "checks", "sut", "proofs", "kernels")
+USERS_PACKAGES = ("model", "engine", "explorer", "fuzz", "checks", "sut", "proofs", "kernels", "runctl", "driver",
+                  "adapters")
 
 USERS_TEST = """
 import loopcheck

@@ -31,8 +31,9 @@ PAGE = tuple(range(1, 17))   # one full page of LMDeploy's smallest block size, 
 
 def lmdeploy_config(**changes) -> Config:
     from loopcheck.adapters.lmdeploy_sut import PINNED
+    from loopcheck.sut.protocol import PLAIN_ENGINE
 
-    return Config(**{**Config().to_json(), **PINNED, "max_num_batched_tokens": 32, **changes})
+    return Config(**{**Config().to_json(), **PLAIN_ENGINE, **PINNED, "max_num_batched_tokens": 32, **changes})
 
 
 def factory():

@@ -10,7 +10,7 @@ import pytest
 
 from loopcheck.adapters.torch_sut import TorchSUT
 from loopcheck.checks.base import Violation
-from loopcheck.checks.rules import DocumentedRules
+from loopcheck.checks.rules import DocumentedRules, VictimOrders
 from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.campaign import run_campaign
@@ -37,7 +37,7 @@ def contended(**overrides) -> Workload:
 @pytest.mark.parametrize("snapshots", [False, True])
 def test_the_rules_hold_on_the_model_and_the_engine(factory, snapshots) -> None:
     w = contended(snapshots=snapshots)
-    run = run_workload(w, factory, [DocumentedRules()])
+    run = run_workload(w, factory, [DocumentedRules(), VictimOrders()])
     assert run.violation is None and run.drained
     assert run.driver.counters.preemptions > 0
 
@@ -67,9 +67,9 @@ def test_the_victim_is_the_least_urgent(monkeypatch) -> None:
     policy must preempt the less urgent one. A model planted to take the more
     urgent one (a policy bug lockstep cannot see) is caught."""
     w = contended(preemption_policy="unguarded").with_config(num_blocks=12)
-    assert run_workload(w, ModelSUT, [DocumentedRules()]).violation is None
+    assert run_workload(w, ModelSUT, [DocumentedRules(), VictimOrders()]).violation is None
     _most_urgent_victim(monkeypatch)
-    run = run_workload(w, ModelSUT, [DocumentedRules()])
+    run = run_workload(w, ModelSUT, [DocumentedRules(), VictimOrders()])
     assert run.violation is not None and run.violation.prop == "victim-order"
 
 

@@ -36,9 +36,10 @@ KNOWN = "stall.state-repeats,work.token-uncomputed,abort.not-ended"
 
 def sglang_config(**changes) -> Config:
     from loopcheck.adapters.sglang_sut import PINNED
+    from loopcheck.sut.protocol import PLAIN_ENGINE
 
-    return Config(**{**Config().to_json(), **PINNED, "num_blocks": 16, "block_size": 2, "max_num_seqs": 3,
-                     "max_num_batched_tokens": 8, "priority_preemption": False, **changes})
+    return Config(**{**Config().to_json(), **PLAIN_ENGINE, **PINNED, "num_blocks": 16, "block_size": 2,
+                     "max_num_seqs": 3, "max_num_batched_tokens": 8, "priority_preemption": False, **changes})
 
 
 def factory():
@@ -213,3 +214,21 @@ def test_building_many_schedulers_leaves_no_thread_behind() -> None:
     for _ in range(5):
         SglangSUT(cfg)
     assert threading.active_count() == before
+
+
+def test_its_claimed_retraction_order_is_judged_and_a_reversed_one_is_caught(monkeypatch) -> None:
+    """SGLang claims its retraction order (capabilities.victim_order: fewest
+    output tokens first, then the longest prompt): it holds on the retraction
+    workload, and SGLang with the order planted backwards is a victim-order finding."""
+    cfg = sglang_config(num_blocks=13, max_num_seqs=4, prefix_caching=False)
+    w = Workload(cfg, (RequestSpec("a", (5, 6, 7, 8), 15, arrival=2),
+                       RequestSpec("r", (1, 2), 12, arrival=1, stop_token=126)))
+    kept = run_workload(w, factory(), checks_for("property"))
+    assert kept.violation is None and ("preempt", "a", (None, True)) in kinds(kept)
+    batch = sys.modules["sglang.srt.managers.schedule_batch"].ScheduleBatch   # (as the adapter imported it)
+    original = batch._get_decode_retraction_order
+    monkeypatch.setattr(batch, "_get_decode_retraction_order",
+                        staticmethod(lambda reqs: list(reversed(original(reqs)))))
+    run = run_workload(w, factory(), checks_for("property"))
+    assert run.violation is not None and run.violation.prop == "victim-order", run.violation
+    assert "SGLang's retract_decode" in run.violation.message

@@ -34,8 +34,9 @@ EXAMPLES = Path(__file__).parent.parent / "examples" / "vllm"
 
 def vllm_config(**changes) -> Config:
     from loopcheck.adapters.vllm_sut import PINNED
+    from loopcheck.sut.protocol import PLAIN_ENGINE
 
-    return Config(**{**Config().to_json(), **PINNED, **changes})
+    return Config(**{**Config().to_json(), **PLAIN_ENGINE, **PINNED, **changes})
 
 
 def factory():
@@ -56,9 +57,10 @@ def test_a_fitting_workload_drains_with_every_property_held() -> None:
                                                         "(capabilities.priorities)",
                                   "priority-victim": "the system claims no priority preemption "
                                                      "(capabilities.priorities)",
-                                  "futile-preemption": "the system does not claim loopcheck's semantics (its "
-                                                       "guarded preflight)",
-                                  RULES: "the system does not claim loopcheck's semantics"}
+                                  "futile-preemption": "the system does not claim loopcheck's guarded preflight "
+                                                       "(capabilities.semantics)",
+                                  RULES: "the system does not claim loopcheck's semantics (capabilities.semantics)",
+                                  "victim-order": "the system claims no victim order (capabilities.victim_order)"}
     events = [e for evs in run.driver.trace for e in evs]
     assert ("admit", "b", (1,)) in [(e.kind, e.rid, e.values()) for e in events]     # a prefix-cache hit
     assert run.observation.outputs["a"].finish_reason == "length"
@@ -160,12 +162,13 @@ def test_runs_that_share_vllms_config_do_what_runs_on_a_fresh_one_do() -> None:
     reads it, so each run, interleaved with runs on other pools that share it,
     gives the trace and outputs of the same run on a config built for it alone."""
     from loopcheck.adapters.vllm_sut import PINNED, engine_config
+    from loopcheck.sut.protocol import PLAIN_ENGINE
 
     def outcome(w: Workload) -> tuple:
         run = run_workload(w, factory(), max_steps=40)   # (a prompt larger than the pool stalls vLLM)
         return run.driver.trace, run.observation.outputs
 
-    drawn = draw_workloads(workloads(configs(**PINNED), max_requests=5), 11, 15)
+    drawn = draw_workloads(workloads(configs(**PLAIN_ENGINE, **PINNED), max_requests=5), 11, 15)
     ws = [w for base in drawn for w in (base, Workload(replace(base.config, num_blocks=base.config.num_blocks + 2),
                                                        base.requests))
           if w.config.max_num_batched_tokens >= w.config.max_num_seqs]   # (what vLLM refuses)

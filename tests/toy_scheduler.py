@@ -29,9 +29,9 @@ from loopcheck.model.events import (
     Token,
 )
 from loopcheck.model.workload import RequestSpec
-from loopcheck.sut.protocol import Capabilities, Observation, Refused
+from loopcheck.sut.protocol import PLAIN_ENGINE, Capabilities, Observation, Refused
 
-PINNED = dict(allocation="incremental", watermark_blocks=0, execution="mixed")
+PINNED = {**PLAIN_ENGINE, "allocation": "incremental", "watermark_blocks": 0, "execution": "mixed"}
 # Bugs "misplaced-KIND": the toy reports an event of that kind, once, for a request in a state where no
 # scheduler can report it (its arguments are well formed; SELF stands for the request's own id):
 # kind -> (that state, the event's arguments).

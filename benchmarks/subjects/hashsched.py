@@ -33,10 +33,10 @@ from loopcheck.model.events import (
     Token,
 )
 from loopcheck.model.workload import RequestSpec
-from loopcheck.sut.protocol import Capabilities, Observation
+from loopcheck.sut.protocol import PLAIN_ENGINE, Capabilities, Observation
 
 # Its allocation is neither upfront nor incremental: it holds at most what upfront allows.
-PINNED = dict(allocation="upfront", watermark_blocks=0, execution="mixed")
+PINNED = {**PLAIN_ENGINE, "allocation": "upfront", "watermark_blocks": 0, "execution": "mixed"}
 BUGS = {
     "stale-hash": "eviction leaves the evicted block's hash in the table",
     "partial-hash": "a page is hashed when a chunk ends inside it, before it is full",
