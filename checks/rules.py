@@ -166,13 +166,14 @@ class VictimOrders(Check):
         return "the system claims no victim order (capabilities.victim_order)"
 
     def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
-        if run.caps.semantics == "loopcheck":
-            self._documented(run, events, run.view.before)
-        else:
-            self._claimed(run, events)
+        wrong = (self._documented(run, events, run.view.before) if run.caps.semantics == "loopcheck"
+                 else self._claimed(run, events))
+        if wrong:
+            raise Violation("victim-order", wrong)
 
     @staticmethod
-    def _claimed(run: RunView, events: list[Event]) -> None:
+    def _claimed(run: RunView, events: list[Event]) -> str | None:
+        """The first victim the claimed order would have kept, said (None: none)."""
         order = run.caps.victim_order
         assert order is not None
         view, before = run.view, run.view.before
@@ -184,7 +185,7 @@ class VictimOrders(Check):
                       and tokens.get(rid, view.requests[rid].generated) >= 1}
         retracted = [e.rid for e in events if isinstance(e, Preempt) and e.by is None and e.rid in candidates]
         if not retracted:
-            return
+            return None
 
         def key(rid: str) -> Any:
             spec = view.requests[rid].spec
@@ -193,12 +194,12 @@ class VictimOrders(Check):
         for victim in retracted:
             above = [rid for rid in sorted(candidates - set(retracted)) if key(rid) > key(victim)]
             if above:
-                raise Violation("victim-order", f"{victim} (key {key(victim)}) was preempted while {above[0]} "
-                                                f"(key {key(above[0])}) was kept: {order.source} preempts larger "
-                                                "keys first")
+                return (f"{victim} (key {key(victim)}) was preempted while {above[0]} (key {key(above[0])}) was "
+                        f"kept: {order.source} preempts larger keys first")
+        return None
 
     @staticmethod
-    def _documented(run: RunView, events: list[Event], before: dict[str, str]) -> None:
+    def _documented(run: RunView, events: list[Event], before: dict[str, str]) -> str | None:
         """The least urgent eligible running request is the victim: for a running
         request growing, the one with the largest key above its own (else itself);
         for a waiting one under the unguarded policy, the one with the largest key
@@ -207,7 +208,8 @@ class VictimOrders(Check):
         victim is the least urgent one the preflight passes; with upfront
         allocation and no prefix caching a candidate holding at least the
         victim's blocks passes whenever the victim does, so no less urgent
-        candidate may hold that many."""
+        candidate may hold that many. The first victim that breaks it, said
+        (None: none)."""
         cfg = run.cfg
         spec = {rid: r.spec for rid, r in run.view.requests.items()}
         unguarded = cfg.preemption_policy == "unguarded"
@@ -231,6 +233,6 @@ class VictimOrders(Check):
                                        and spec[rid].key > spec[e.rid].key and lifetime_blocks(spec[rid], cfg) >= need]
                         expected = max(passed_over, key=lambda rid: spec[rid].key) if passed_over else e.rid
                 if e.rid != expected:
-                    raise Violation("victim-order", f"{e}: the least urgent eligible running request is "
-                                                    f"{expected}, not {e.rid}")
+                    return f"{e}: the least urgent eligible running request is {expected}, not {e.rid}"
             status[e.rid] = AFTER.get(e.kind, status.get(e.rid, SUBMITTED))
+        return None

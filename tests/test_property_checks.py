@@ -223,7 +223,8 @@ def test_verify_on_another_system(capsys) -> None:
     out = capsys.readouterr().out
     assert "VERDICT: PASS: no property broke" in out
     assert re.search(r"every workload of the tiny scope +explore +certificate: [\d,]+ workloads", out)
-    assert "checks not run: futile-preemption in " in out and "one-victim, victim-order, " in out   # no semantics
+    assert "checks not run: futile-preemption in " in out and "one-victim, bypass-limit, " in out   # no semantics
+    assert "victim-order in " in out and "(the system claims no victim order (capabilities.victim_order))" in out
     assert main(["verify", "--adapter", f"{toy_file}:leaky", "--fuzz-seconds", "600", "--max-examples", "300",
                  "--seed", "1"]) == 1
     out = capsys.readouterr().out
