@@ -2,7 +2,7 @@
 PrefillAdder, chunked prefill, decode retraction and priority preemption,
 ScheduleBatch and its batch-result processor; sglang/srt/mem_cache: the radix
 prefix cache, the request-to-token pool and the paged KV allocator) as a system
-under test, on the CPU with a fake model worker.
+under test, on the CPU with a fake LM worker.
 
 Install with `scripts/install-engine.sh sglang` (pinned in requirements-sglang.txt).
 `Scheduler.__init__` itself runs; replaced, because they need a GPU, a model, a
@@ -270,7 +270,7 @@ def _build_tree_cache(scheduler: Any) -> Any:
 
 
 class SglangSUT:
-    """One SGLang scheduler with a fake model worker."""
+    """One SGLang scheduler with a fake LM worker."""
 
     def __init__(self, cfg: Config) -> None:
         if cfg.max_num_batched_tokens < cfg.max_num_seqs:
@@ -285,7 +285,10 @@ class SglangSUT:
         install_step_clock(CLOCK_USERS)
         self.cfg = cfg
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=False, pinned=PINNED,
-                                         block_tables=True, victim_order=RETRACTION_ORDER,
+                                         block_tables=True,
+                                         # (a priority preemption is reported as a retraction is: the order is
+                                         # claimed only where every such preemption is a retraction)
+                                         victim_order=None if cfg.priority_preemption else RETRACTION_ORDER,
                                          code=("sglang.srt.managers.scheduler",
                                                                   "sglang.srt.managers.schedule_policy",
                                                                   "sglang.srt.managers.schedule_batch",

@@ -1,6 +1,6 @@
 """vLLM's v1 scheduler (vllm/v1/core/sched/scheduler.py, with its KVCacheManager,
 prefix caching, chunked prefill, preemption and the "priority" policy) as a system
-under test, driven on the CPU with a fake model the way vLLM's own unit tests do:
+under test, driven on the CPU with a fake LM the way vLLM's own unit tests do:
 schedule() -> a ModelRunnerOutput we make up -> update_from_output().
 
 Install with `scripts/install-engine.sh vllm` (vLLM without its CUDA stack; pinned in
@@ -11,7 +11,7 @@ prefill_chunk_size as long_prefill_token_threshold; prefix_caching; policy
 of are pinned (incremental allocation, no watermark; the plain-engine profile of
 sut/protocol.py pins the looped-model fields: a preempted request recomputes, keeping its tokens).
 
-The fake model's token is a hash of the request's whole token sequence so far,
+The fake LM's token is a hash of the request's whole token sequence so far,
 so a recompute yields the same tokens and a wrong context would not.
 """
 
@@ -55,7 +55,7 @@ def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_
 
 
 class VllmSUT:
-    """One vLLM Scheduler with a fake model runner."""
+    """One vLLM Scheduler with a fake LM runner."""
 
     def __init__(self, cfg: Config) -> None:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")   # before vLLM's first import

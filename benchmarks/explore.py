@@ -123,7 +123,8 @@ def largest(limit: float) -> None:
             break
 
 
-SYSTEMS = {"minisched": "examples/adapter/minisched_adapter.py:MiniSchedSUT"}   # short names of the others
+SYSTEMS = {"minisched": "examples/adapter/minisched_adapter.py:MiniSchedSUT",   # short names of the others
+           "turnsched": "examples/plain/turnsched_adapter.py:TurnschedSUT"}
 
 
 def scoped_rows(systems: list[str], scope_name: str, repeat: int) -> list[list[object]]:

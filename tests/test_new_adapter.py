@@ -78,7 +78,7 @@ def test_check_adapter_fails_a_broken_property_with_a_counterexample_that_replay
 
 
 def test_check_adapter_fails_a_system_that_is_not_deterministic(tmp_path, capsys) -> None:
-    """A skeleton whose fake model answers from a counter that lives across runs."""
+    """A skeleton whose fake LM answers from a counter that lives across runs."""
     main(["new-adapter", "drifty", "--out", str(tmp_path)])
     path = tmp_path / "drifty_adapter.py"
     text = path.read_text().replace("token = int(hashlib.sha256(repr(job[\"tokens\"]).encode()).hexdigest(), 16) % 64",

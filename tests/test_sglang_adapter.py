@@ -1,6 +1,6 @@
 """SGLang's scheduler behind the SUT protocol (adapters/sglang_sut.py): its own
 `Scheduler.__init__`, intake, batch choice, radix cache, pools and batch-result
-processing, with a fake model worker. A workload that breaks no property drains
+processing, with a fake LM worker. A workload that breaks no property drains
 with every check that applies on; runs are deterministic; SGLang's own pool
 invariant is read as the KV accounting check and can fail; the SGLang bug and
 the deferred abort shipped under examples/sglang/ replay; a short campaign with
@@ -225,6 +225,8 @@ def test_its_claimed_retraction_order_is_judged_and_a_reversed_one_is_caught(mon
                        RequestSpec("r", (1, 2), 12, arrival=1, stop_token=126)))
     kept = run_workload(w, factory(), checks_for("property"))
     assert kept.violation is None and ("preempt", "a", (None, True)) in kinds(kept)
+    # (a priority preemption reads as a retraction does: no order is claimed where one may happen)
+    assert factory()(w.with_config(priority_preemption=True).config).capabilities.victim_order is None
     batch = sys.modules["sglang.srt.managers.schedule_batch"].ScheduleBatch   # (as the adapter imported it)
     original = batch._get_decode_retraction_order
     monkeypatch.setattr(batch, "_get_decode_retraction_order",

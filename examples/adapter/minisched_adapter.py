@@ -138,7 +138,7 @@ class MiniSchedSUT:
         return events
 
     def _sample(self, seq) -> int:
-        """The fake model: a token from the sequence so far (the same on every run)."""
+        """The fake LM: a token from the sequence so far (the same on every run)."""
         return (sum(self.specs[seq.seq_id].prompt) * 7 + 13 * len(self.tokens[seq.seq_id])) % self.cfg.vocab_size
 
     def _finished(self, rid: str, reason: str) -> Event:

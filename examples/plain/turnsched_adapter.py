@@ -105,7 +105,7 @@ class TurnschedSUT:
         return events
 
     def _sample(self, job) -> int:
-        """The fake model: a token from the job's prompt and tokens (the same on every run)."""
+        """The fake LM: a token from the job's prompt and tokens (the same on every run)."""
         return int(hashlib.sha256(repr((job.prompt, job.tokens)).encode()).hexdigest(), 16) % self.vocab
 
     def _finish(self, rid: str, reason: str) -> Finish:
