@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -97,14 +97,29 @@ def matches(violation: Violation, ignore: frozenset[str]) -> bool:
 
 class Check:
     """One property, fed by the run. Subclasses override the hooks they need and
-    raise Violation when the property breaks."""
+    report a broken rule with `broke`, which raises the Violation unless the run
+    ignores its signature (`ignore`, set by `CheckSet.build`): an ignored one is
+    kept in `ignored` and the check goes on judging, every other rule included."""
 
     props: tuple[str, ...] = ()   # the properties its violations name
+    ignore: frozenset[str] = frozenset()
 
     @property
     def label(self) -> str:
         """How output names this check: by the properties it checks."""
         return ", ".join(self.props)
+
+    @property
+    def ignored(self) -> list[Violation]:
+        """The violations it met that the run ignores, in the order met."""
+        return self.__dict__.setdefault("_ignored", [])
+
+    def broke(self, violation: Violation) -> None:
+        """Report a broken rule: raise it, or keep it in `ignored` if the run
+        ignores it (`matches`); then the hook goes on."""
+        if not matches(violation, self.ignore):
+            raise violation
+        self.ignored.append(violation)
 
     def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
         """Why this check cannot run on a SUT with these capabilities (None: it runs)."""
@@ -125,48 +140,7 @@ class Check:
         """The run drained; `obs` is the last observation."""
 
 
-class Ignoring(Check):
-    """`inner`, but its first violation whose property or signature is in
-    `ignore` (`matches`) is kept in `broken` instead of raised, and switches it off
-    for the rest of the run: a check stopped in the middle of a hook holds a state
-    it cannot be trusted to judge from, so its other properties go unjudged from
-    there too."""
-
-    def __init__(self, inner: Check, ignore: frozenset[str]) -> None:
-        self.inner, self.ignore = inner, ignore
-        self.props = inner.props
-        self.broken: Violation | None = None
-
-    def unavailable(self, caps: Capabilities, cfg: Config) -> str | None:
-        return self.inner.unavailable(caps, cfg)
-
-    def on_input(self, run: RunView, kind: str, rid: str) -> None:
-        self._guarded(lambda: self.inner.on_input(run, kind, rid), run.t)
-
-    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
-        self._guarded(lambda: self.inner.after_step(run, events, obs), run.t - 1)
-
-    def step_cap(self, run: RunView) -> int | None:
-        return None if self.broken else self.inner.step_cap(run)
-
-    def at_end(self, run: RunView, obs: Observation) -> None:
-        self._guarded(lambda: self.inner.at_end(run, obs), max(run.t - 1, 0))
-
-    def _guarded(self, hook: Callable[[], None], step: int) -> None:
-        """Run the hook of step `step` (the step a violation is pinned to, as the
-        driver pins them) unless the check is off."""
-        if self.broken:
-            return
-        try:
-            hook()
-        except Violation as v:
-            if not matches(v, self.ignore):
-                raise
-            v.step = step if v.step is None else v.step
-            self.broken = v
-
-
 def ignored(checks: Iterable[Check]) -> list[tuple[str, Violation]]:
-    """Of a run's checks, each `Ignoring` one that broke: its label and the
-    violation it kept."""
-    return [(c.label, c.broken) for c in checks if isinstance(c, Ignoring) and c.broken]
+    """Of a run's checks, each violation one met that the run ignores, with the
+    check's label."""
+    return [(c.label, v) for c in checks for v in c.ignored]

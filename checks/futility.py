@@ -43,6 +43,6 @@ class GuardedFutility(Check):
             sharers = [rid for rid in running - {by, e.rid}
                        if len(view.requests[rid].spec.prompt) >= bs and view.requests[rid].spec.prompt[:bs] == head]
             if not (run.cfg.prefix_caching and len(view.requests[by].spec.prompt) > bs and sharers):
-                raise Violation("futile-preemption", f"{e}: the guarded policy preempted {e.rid} for {by}, which "
-                                                     "was not admitted in the same step, and no pending prefix pages "
-                                                     "explain it")
+                self.broke(Violation("futile-preemption", f"{e}: the guarded policy preempted {e.rid} for {by}, "
+                                                          "which was not admitted in the same step, and no pending "
+                                                          "prefix pages explain it"))

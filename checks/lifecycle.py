@@ -34,30 +34,30 @@ class Lifecycle(Check):
         for e in events:
             now = status.get(e.rid, SUBMITTED)
             if now not in ALLOWED[e.kind]:
-                raise Violation("lifecycle", f"{e} while {e.rid} is {now}", rule="transition")
+                self.broke(Violation("lifecycle", f"{e} while {e.rid} is {now}", rule="transition"))
             if e.kind == "preempt" and self._alone(e.rid, status) and (
                     lifetime_blocks(view.requests[e.rid].spec, cfg) + cfg.watermark_blocks <= cfg.num_blocks):
-                raise Violation("lone-preemption", f"{e.rid} was preempted while no other request was in the "
-                                                   "system, although it fits the pool alone")
+                self.broke(Violation("lone-preemption", f"{e.rid} was preempted while no other request was in the "
+                                                        "system, although it fits the pool alone"))
             status[e.rid] = AFTER.get(e.kind, now)
         for e in events:
             r = view.requests[e.rid]
             spec = r.spec
             if isinstance(e, Token) and r.generated > spec.max_tokens:
-                raise Violation("lifecycle", f"{e.rid} has {r.generated} tokens, max_tokens is {spec.max_tokens}",
-                                rule="past-max-tokens")
+                self.broke(Violation("lifecycle", f"{e.rid} has {r.generated} tokens, max_tokens is {spec.max_tokens}",
+                                     rule="past-max-tokens"))
             if isinstance(e, Finish) and e.reason == "length" and r.generated != spec.max_tokens:
-                raise Violation("lifecycle", f"{e.rid} finished for length with {r.generated} of "
-                                             f"{spec.max_tokens} tokens", rule="length-short")
+                self.broke(Violation("lifecycle", f"{e.rid} finished for length with {r.generated} of "
+                                                  f"{spec.max_tokens} tokens", rule="length-short"))
             if isinstance(e, Token) and spec.stop_token is not None and e.token_id == spec.stop_token and not any(
                     x.kind == "finish" and x.rid == e.rid for x in events):
-                raise Violation("lifecycle", f"{e.rid} generated its stop token {spec.stop_token} and did not "
-                                             "finish", rule="stop-not-finished")
+                self.broke(Violation("lifecycle", f"{e.rid} generated its stop token {spec.stop_token} and did not "
+                                                  "finish", rule="stop-not-finished"))
             if isinstance(e, Finish) and e.reason == "stop":
                 last = [x for x in events if isinstance(x, Token) and x.rid == e.rid]
                 if spec.stop_token is None or not last or last[-1].token_id != spec.stop_token:
-                    raise Violation("lifecycle", f"{e.rid} finished for stop without its stop token",
-                                    rule="stop-without-token")
+                    self.broke(Violation("lifecycle", f"{e.rid} finished for stop without its stop token",
+                                         rule="stop-without-token"))
 
     @staticmethod
     def _alone(rid: str, status: dict[str, str]) -> bool:
@@ -96,46 +96,47 @@ class Work(Check):
         for e, tokens, reach in zip(events, view.tokens_before, view.reach_before, strict=True):
             ran = worked.get(e.rid) if e.kind in ("prefill", "token") else None
             if ran is not None and (e.kind == "prefill" or ran.kind == "token"):
-                raise Violation("work", f"{e} after {ran} in the same step: a request is in a step's batch once "
-                                        "(a prefill chunk, then at most the token it samples, or one decode)",
-                                rule="twice-in-step")
+                self.broke(Violation("work", f"{e} after {ran} in the same step: a request is in a step's batch once "
+                                             "(a prefill chunk, then at most the token it samples, or one decode)",
+                                     rule="twice-in-step"))
             if isinstance(e, Prefill):
                 worked[e.rid] = e
                 start, end = e.start, e.end
                 known = len(view.requests[e.rid].spec.prompt) + tokens
                 if not 0 <= start < end <= known:
-                    raise Violation("work", f"{e}: positions {start}..{end} of {e.rid}, which has {known} "
-                                            f"(prompt and tokens so far)", rule="prefill-past-known")
+                    self.broke(Violation("work", f"{e}: positions {start}..{end} of {e.rid}, which has {known} "
+                                                 f"(prompt and tokens so far)", rule="prefill-past-known"))
                 self._depth_order(e, run.cfg.wcpb, loops)
                 if reach is not None and start > reach:
-                    raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
-                                            f"reach only {reach}, so positions {reach}..{start} were skipped",
-                                    rule="prefill-skipped")
+                    self.broke(Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its "
+                                                 f"admission reach only {reach}, so positions {reach}..{start} were "
+                                                 "skipped", rule="prefill-skipped"))
             elif isinstance(e, Token):
                 index, depth = e.index, e.exit_depth
                 if index != tokens:
-                    raise Violation("work", f"{e}: token {index} of {e.rid}, which has {tokens} tokens so far",
-                                    rule="token-index")
+                    self.broke(Violation("work", f"{e}: token {index} of {e.rid}, which has {tokens} tokens so far",
+                                         rule="token-index"))
                 input_position = len(view.requests[e.rid].spec.prompt) + tokens - 1
                 worked[e.rid] = e
                 needed = input_position if ran is None else input_position + 1   # (ran: a prefill computed it)
                 if reach is not None and reach < needed:
-                    raise Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its admission "
-                                            f"reach only {reach}, so positions {reach}..{needed} were not computed "
-                                            f"before its token {index}", rule="token-uncomputed")
+                    self.broke(Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its "
+                                                 f"admission reach only {reach}, so positions {reach}..{needed} were "
+                                                 f"not computed before its token {index}", rule="token-uncomputed"))
                 if not run.cfg.min_loops <= depth <= loops:
-                    raise Violation("work", f"{e}: exit depth {depth} outside min_loops..num_loops "
-                                            f"({run.cfg.min_loops}..{loops})", rule="exit-depth")
+                    self.broke(Violation("work", f"{e}: exit depth {depth} outside min_loops..num_loops "
+                                                 f"({run.cfg.min_loops}..{loops})", rule="exit-depth"))
                 if e.rid in self.in_flight:
-                    raise self._unfinished_chunk(e, loops)
+                    self.broke(self._unfinished_chunk(e, loops))
             elif e.kind in ("admit", "resume", "preempt", "rewind", "finish"):
                 self.in_flight.pop(e.rid, None)
                 kept = self.kept.pop(e.rid, 0)
                 if isinstance(e, Preempt) and e.keeps_tokens:
                     self.kept[e.rid] = reach or 0
                 elif isinstance(e, Resume) and e.restored > max(0, kept - e.hit_pages * run.cfg.block_size):
-                    raise Violation("work", f"{e}: {e.rid} restores {e.restored} positions past its hit pages, but "
-                                            f"its preemption kept {kept} in a snapshot", rule="restore-past-snapshot")
+                    self.broke(Violation("work", f"{e}: {e.rid} restores {e.restored} positions past its hit pages, "
+                                                 f"but its preemption kept {kept} in a snapshot",
+                                         rule="restore-past-snapshot"))
 
     def _unfinished_chunk(self, e: Event, loops: int) -> Violation:
         """`e` came while its request's WCPB chunk had depths left to run."""
@@ -153,12 +154,12 @@ class Work(Check):
         elif e.rid not in self.in_flight:
             expected = 1
         elif self.in_flight[e.rid][:2] != (start, end):
-            raise self._unfinished_chunk(e, loops)
+            self.broke(self._unfinished_chunk(e, loops))
         else:
             expected = self.in_flight[e.rid][2] + 1
         if depth != expected:
-            raise Violation("work", f"{e}: depth {depth}, where {expected} comes next (WCPB "
-                                    f"{'on' if wcpb else 'off'}, {loops} depths)", rule="depth-order")
+            self.broke(Violation("work", f"{e}: depth {depth}, where {expected} comes next (WCPB "
+                                         f"{'on' if wcpb else 'off'}, {loops} depths)", rule="depth-order"))
         if depth < loops:
             self.in_flight[e.rid] = (start, end, depth)
         else:
@@ -190,11 +191,11 @@ class Aborts(Check):
         for rid in self.aborted:
             status = run.view.requests[rid].status
             if status != FINISHED:
-                raise Violation("abort", f"{rid} was aborted before step {run.t - 1} and is still {status} "
-                                         "after it", rule="not-ended")
+                self.broke(Violation("abort", f"{rid} was aborted before step {run.t - 1} and is still {status} "
+                                              "after it", rule="not-ended"))
             if rid in reasons and reasons[rid] not in ("abort", "rejected"):
-                raise Violation("abort", f"{rid} was aborted before step {run.t - 1} and finished in it for "
-                                         f"{reasons[rid]}", rule="wrong-finish")
+                self.broke(Violation("abort", f"{rid} was aborted before step {run.t - 1} and finished in it for "
+                                              f"{reasons[rid]}", rule="wrong-finish"))
         self.aborted = []
 
 
@@ -214,16 +215,16 @@ class PrefixHits(Check):
         view, cfg = run.view, run.cfg
         for e, pages in view.hit_pages:
             if pages and not cfg.prefix_caching:
-                raise Violation("prefix-hits", f"{e}: {len(pages)} prefix-cache hits with prefix caching off",
-                                rule="caching-off")
+                self.broke(Violation("prefix-hits", f"{e}: {len(pages)} prefix-cache hits with prefix caching off",
+                                     rule="caching-off"))
             for k, page in enumerate(pages):
                 if len(page) < (k + 1) * cfg.block_size:
-                    raise Violation("prefix-hits", f"{e}: hit page {k} of {e.rid} ends past the {len(page)} "
-                                                   "positions it has", rule="past-positions")
+                    self.broke(Violation("prefix-hits", f"{e}: hit page {k} of {e.rid} ends past the {len(page)} "
+                                                        "positions it has", rule="past-positions"))
                 if hash(page) not in view.computed_pages:
-                    raise Violation("prefix-hits", f"{e}: hit page {k} of {e.rid} holds tokens {list(page)} at "
-                                                   f"positions 0..{len(page)}, which no request has computed",
-                                    rule="uncomputed-hit")
+                    self.broke(Violation("prefix-hits", f"{e}: hit page {k} of {e.rid} holds tokens {list(page)} at "
+                                                        f"positions 0..{len(page)}, which no request has computed",
+                                         rule="uncomputed-hit"))
 
 
 class PromptOnly(Check):
@@ -249,8 +250,9 @@ class PromptOnly(Check):
             elif isinstance(e, Prefill):
                 self.computed[e.rid] = e.end >= prompt and e.depth == run.cfg.num_loops
             elif isinstance(e, Finish) and e.reason == "length" and not self.computed.get(e.rid, False):
-                raise Violation("work", f"{e}: {e.rid} has max_tokens 0 and finished for length before its prompt "
-                                        f"({prompt} positions) was computed at every depth", rule="prompt-not-computed")
+                self.broke(Violation("work", f"{e}: {e.rid} has max_tokens 0 and finished for length before its "
+                                             f"prompt ({prompt} positions) was computed at every depth",
+                                     rule="prompt-not-computed"))
 
 
 NO_CACHE_VIEW = "the system does not report its prefix cache's pages (capabilities.cached_pages)"
@@ -279,6 +281,6 @@ class CachedPages(Check):
         computed, bs = run.view.computed_pages, run.cfg.block_size
         for page in obs.cached_pages:
             if hash(page) not in computed:
-                raise Violation("prefix-hits", f"the prefix cache holds page {len(page) // bs - 1} of tokens "
-                                               f"{list(page)} (positions 0..{len(page)}), which no request has "
-                                               f"computed", rule="cached-page")
+                self.broke(Violation("prefix-hits", f"the prefix cache holds page {len(page) // bs - 1} of tokens "
+                                                    f"{list(page)} (positions 0..{len(page)}), which no request has "
+                                                    f"computed", rule="cached-page"))

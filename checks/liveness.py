@@ -38,19 +38,19 @@ class Progress(Check):
         key = obs.state_key
         if key is not None and run.caps.state_key:
             if not events and self.seen.get(key) == run.t - 1:
-                raise Violation("stall", f"nothing happens and nothing changes after step {run.t - 1}; "
-                                         f"unfinished: {_names(run)}", {"start": run.t - 1, "length": 1},
-                                rule="state-repeats")
+                self.broke(Violation("stall", f"nothing happens and nothing changes after step {run.t - 1}; "
+                                              f"unfinished: {_names(run)}", {"start": run.t - 1, "length": 1},
+                                     rule="state-repeats"))
             if key in self.seen:
                 start = self.seen[key]
-                raise Violation("livelock", f"the state after step {run.t - 1} repeats the state after step "
-                                            f"{start - 1}; unfinished: {_names(run)}",
-                                {"start": start, "length": run.t - start})
+                self.broke(Violation("livelock", f"the state after step {run.t - 1} repeats the state after step "
+                                                 f"{start - 1}; unfinished: {_names(run)}",
+                                     {"start": start, "length": run.t - start}))
             self.seen[key] = run.t
         self.quiet = 0 if events else self.quiet + 1
         if self.quiet >= self.stall_steps:
-            raise Violation("stall", f"{self.quiet} steps in a row with no event; unfinished: {_names(run)}",
-                            rule="quiet-steps")
+            self.broke(Violation("stall", f"{self.quiet} steps in a row with no event; unfinished: {_names(run)}",
+                                 rule="quiet-steps"))
 
 
 class NeverFitRejected(Check):
@@ -74,18 +74,18 @@ class NeverFitRejected(Check):
         for e in events:
             spec = run.view.requests[e.rid].spec
             if isinstance(e, Finish) and e.reason == "rejected" and not never_fits(spec, cfg):
-                raise Violation("fit-rejected", f"{e.rid} was rejected although it needs "
-                                                f"{lifetime_blocks(spec, cfg)} of {cfg.num_blocks} blocks")
+                self.broke(Violation("fit-rejected", f"{e.rid} was rejected although it needs "
+                                                     f"{lifetime_blocks(spec, cfg)} of {cfg.num_blocks} blocks"))
         for rid, t in list(self.submitted.items()):
             r = run.view.requests[rid]
             if r.status == FINISHED:
                 del self.submitted[rid]
             elif run.t - t >= self.within:
                 others = [x.spec.rid for x in run.view.unfinished() if x.spec.rid != rid]
-                raise Violation("never-fit-not-rejected",
-                                f"{rid} needs {lifetime_blocks(r.spec, cfg)} blocks, the pool has {cfg.num_blocks}; "
-                                f"still {r.status} {run.t - t} steps after submission"
-                                + (f", with {', '.join(others)} unfinished" if others else ""))
+                self.broke(Violation("never-fit-not-rejected",
+                                     f"{rid} needs {lifetime_blocks(r.spec, cfg)} blocks, the pool has "
+                                     f"{cfg.num_blocks}; still {r.status} {run.t - t} steps after submission"
+                                     + (f", with {', '.join(others)} unfinished" if others else "")))
 
 
 class PriorityWaiting(Check):
@@ -127,10 +127,10 @@ class PriorityWaiting(Check):
             return
         self.streak = (rid, self.streak[1] + 1 if self.streak and self.streak[0] == rid else 1)
         if self.streak[1] >= self.within:
-            raise Violation("priority-inversion",
-                            f"{rid} (priority {w.spec.priority}) waited {self.within} steps in a row while less "
-                            f"urgent {', '.join(sorted(less_urgent_ran))} ran, although it needs {blocks} blocks "
-                            f"and {free_before} were free")
+            self.broke(Violation("priority-inversion",
+                                 f"{rid} (priority {w.spec.priority}) waited {self.within} steps in a row while less "
+                                 f"urgent {', '.join(sorted(less_urgent_ran))} ran, although it needs {blocks} blocks "
+                                 f"and {free_before} were free"))
 
 
 class PriorityVictims(Check):
@@ -150,9 +150,9 @@ class PriorityVictims(Check):
         for e in events:
             by = e.by if isinstance(e, Preempt) else None
             if by is not None and requests[by].spec.priority > requests[e.rid].spec.priority:
-                raise Violation("priority-victim", f"{e}: {e.rid} (priority {requests[e.rid].spec.priority}) was "
-                                                   f"preempted for less urgent {by} (priority "
-                                                   f"{requests[by].spec.priority})")
+                self.broke(Violation("priority-victim", f"{e}: {e.rid} (priority {requests[e.rid].spec.priority}) was "
+                                                        f"preempted for less urgent {by} (priority "
+                                                        f"{requests[by].spec.priority})"))
 
 
 def _names(run: RunView) -> str:

@@ -62,11 +62,11 @@ class Lockstep(Check):
             problems.append(f"blocks held: model {mobs.blocks_held}, system {obs.blocks_held}")
         if problems:
             prop = "conformance" if "events differ" in problems else "kv-conservation"
-            raise Violation(prop, divergence(run.t - 1, model_events, events, problems),
-                            rule="" if prop == "conformance" else "lockstep")
+            self.broke(Violation(prop, divergence(run.t - 1, model_events, events, problems),
+                                 rule="" if prop == "conformance" else "lockstep"))
         problems = step_violations(before, model.state, model_events, model.env.workload)
         if problems:
-            raise Violation("safety", "; ".join(problems))
+            self.broke(Violation("safety", "; ".join(problems)))
 
 
 class ModelBounds(Check):
@@ -81,4 +81,4 @@ class ModelBounds(Check):
     def at_end(self, run: RunView, obs: Observation) -> None:
         bound = preemption_bound(run.workload())
         if bound is not None and run.counters.preemptions > bound:
-            raise Violation("preemption-bound", f"{run.counters.preemptions} preemptions > bound {bound}")
+            self.broke(Violation("preemption-bound", f"{run.counters.preemptions} preemptions > bound {bound}"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
-from loopcheck.checks.base import Check, Ignoring, RunView
+from loopcheck.checks.base import Check, RunView
 from loopcheck.checks.liveness import NeverFitRejected, Progress
 from loopcheck.checks.lockstep import Lockstep, ModelBounds
 from loopcheck.sut.canonical import canonical
@@ -41,12 +41,12 @@ _SPECIAL: dict[type, Callable[..., Hashable]] = {
 
 
 def check_memory(check: Check, run: RunView) -> Hashable:
-    """What `check` remembers of the run that its later judgements read
-    (an ignoring check that broke remembers nothing: it judges no more)."""
-    if isinstance(check, Ignoring):
-        return None if check.broken else check_memory(check.inner, run)
+    """What `check` remembers of the run that its later judgements read, with
+    the signatures of the ignored violations it met (after one, a finding is
+    taken as its consequence)."""
     special = _SPECIAL.get(type(check))
-    return special(check, run) if special else canonical(vars(check))
+    own = special(check, run) if special else canonical({k: v for k, v in vars(check).items() if k != "_ignored"})
+    return own, tuple(sorted({v.signature for v in check.ignored}))
 
 
 def asked(run: RunView) -> Hashable:

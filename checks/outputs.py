@@ -61,8 +61,8 @@ class OutputEquivalence(Check):
             run.skipped[self.label] = f"the system refuses the unconstrained config: {exc}"
             return
         if ref.violation is not None:   # the system's own crash or hang there: named as where it happened
-            raise Violation(ref.violation.prop, f"on the unconstrained config of this workload: {ref.violation}",
-                            where=ref.violation.where, rule=ref.violation.rule)
+            self.broke(Violation(ref.violation.prop, f"on the unconstrained config of this workload: {ref.violation}",
+                                 where=ref.violation.where, rule=ref.violation.rule))
         if not ref.drained:
             run.skipped[self.label] = "the run on the unconstrained config did not drain (a liveness bug there)"
             return
@@ -73,11 +73,11 @@ class OutputEquivalence(Check):
                 continue
             got_o, want_o = obs.outputs[s.rid].to_json(), want.outputs[s.rid].to_json()
             if got_o != want_o:
-                raise Violation("output-equivalence", f"{s.rid}: {got_o} differs from the unconstrained run {want_o}",
-                                rule="tokens")
+                self.broke(Violation("output-equivalence",
+                                     f"{s.rid}: {got_o} differs from the unconstrained run {want_o}", rule="tokens"))
             if caps.fingerprints and same_pool and obs.fingerprints.get(s.rid) != want.fingerprints.get(s.rid):
-                raise Violation("output-equivalence", f"{s.rid}: output bits differ from the unconstrained run",
-                                rule="bits")
+                self.broke(Violation("output-equivalence", f"{s.rid}: output bits differ from the unconstrained run",
+                                     rule="bits"))
 
 
 class ReportedOutputs(Check):
@@ -95,5 +95,5 @@ class ReportedOutputs(Check):
                 continue
             events = RequestOutput(rid, r.token_ids, r.exit_depths, r.finish).to_json()
             if out.to_json() != events:
-                raise Violation("reported-outputs", f"{rid}: the system reports {out.to_json()}, its events "
-                                                    f"said {events}")
+                self.broke(Violation("reported-outputs", f"{rid}: the system reports {out.to_json()}, its events "
+                                                         f"said {events}"))

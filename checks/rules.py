@@ -83,26 +83,25 @@ class DocumentedRules(Check):
         told = {rid: now.bypasses.get(rid, 0) for rid in queued}
         if counted != told:
             wrong = sorted(rid for rid in queued if counted[rid] != told[rid])
-            raise Violation("bypass-count", "bypass counts reported " + ", ".join(
-                f"{rid}={told[rid]}" for rid in wrong) + ", documented " + ", ".join(
-                f"{rid}={counted[rid]}" for rid in wrong))
+            self.broke(Violation("bypass-count", "bypass counts reported " + ", ".join(
+                     f"{rid}={told[rid]}" for rid in wrong) + ", documented " + ", ".join(
+                     f"{rid}={counted[rid]}" for rid in wrong)))
         self._guard(events, before, self.internals.guard, now.guard, cfg)
         preempted = {rid for rid, s in status.items() if s == PREEMPTED} if cfg.snapshots else set()
         if set(now.snapshots) != preempted:
             extra, missing = sorted(set(now.snapshots) - preempted), sorted(preempted - set(now.snapshots))
             mode = "on" if cfg.snapshots else "off"
-            raise Violation("snapshots", f"CPU snapshots held by {', '.join(extra) or 'nobody else'}, missing for "
-                                         f"{', '.join(missing) or 'nobody'} (snapshots {mode}: exactly the "
-                                         "preempted requests hold one)")
+            self.broke(Violation("snapshots", f"CPU snapshots held by {', '.join(extra) or 'nobody else'}, missing for "
+                                              f"{', '.join(missing) or 'nobody'} (snapshots {mode}: exactly the "
+                                              "preempted requests hold one)"))
         self.internals = now
 
-    @staticmethod
-    def _one_victim_per_turn(events: list[Event], before: dict[str, str]) -> None:
+    def _one_victim_per_turn(self, events: list[Event], before: dict[str, str]) -> None:
         turns = Counter(e.by for e in turn_preemptions(events, before))
         for by, count in turns.items():
             if count > 1:
-                raise Violation("one-victim", f"{by} preempted {count} requests in one step; a waiting request "
-                                              "preempts one victim per turn")
+                self.broke(Violation("one-victim", f"{by} preempted {count} requests in one step; a waiting request "
+                                                   "preempts one victim per turn"))
 
     def _fold_bypasses(self, run: RunView, events: list[Event], before: dict[str, str]) -> None:
         view, limit = run.view, run.cfg.max_bypasses
@@ -117,14 +116,13 @@ class DocumentedRules(Check):
             passed = [p for k, p in skipped if k < key]
             full = [p for p in passed if self.bypasses[p] >= limit]
             if full:
-                raise Violation("bypass-limit", f"{rid} was admitted past {full[0]}, which had been bypassed "
-                                                f"{self.bypasses[full[0]]} times (max_bypasses {limit})")
+                self.broke(Violation("bypass-limit", f"{rid} was admitted past {full[0]}, which had been bypassed "
+                                                     f"{self.bypasses[full[0]]} times (max_bypasses {limit})"))
             self.bypasses.update(passed)
         for rid in [rid for rid in self.bypasses if view.requests[rid].status not in QUEUED]:
             del self.bypasses[rid]
 
-    @staticmethod
-    def _guard(events: list[Event], before: dict[str, str], old: frozenset[tuple[str, int]],
+    def _guard(self, events: list[Event], before: dict[str, str], old: frozenset[tuple[str, int]],
                new: frozenset[tuple[str, int]], cfg: Config) -> None:
         came_in = {e.rid for e in events if e.kind in ("admit", "resume")}
         futile = {e.by for e in turn_preemptions(events, before) if e.by not in came_in}
@@ -132,23 +130,25 @@ class DocumentedRules(Check):
         guarded = cfg.priority_preemption and cfg.preemption_policy == "guarded"
         for rid in sorted(futile):
             if guarded and not added[rid]:
-                raise Violation("futility-guard", f"{rid} preempted and was not admitted, and its guard got no new "
-                                                  "entry: a futile preemption at a budget the guard already held, "
-                                                  "or one the guard did not record", rule="futile-unrecorded")
+                self.broke(Violation("futility-guard", f"{rid} preempted and was not admitted, and its guard got "
+                                                       "no new entry: a futile preemption at a budget the guard "
+                                                       "already held, or one the guard did not record",
+                                     rule="futile-unrecorded"))
         for rid in sorted(set(added) - futile):
-            raise Violation("futility-guard", f"the guard got entry {sorted(new - old)} for {rid}, which made no "
-                                              "futile preemption in this step", rule="entry-without-futility")
+            self.broke(Violation("futility-guard", f"the guard got entry {sorted(new - old)} for {rid}, which made no "
+                                                   "futile preemption in this step", rule="entry-without-futility"))
         for rid, budget in sorted(new):
             if rid in came_in:
-                raise Violation("futility-guard", f"{rid} was admitted but its guard entry ({rid}, {budget}) stays",
-                                rule="entry-stays")
+                self.broke(Violation("futility-guard",
+                                     f"{rid} was admitted but its guard entry ({rid}, {budget}) stays",
+                                     rule="entry-stays"))
         for rid, budget in sorted(old - new):
             if rid not in came_in:
-                raise Violation("futility-guard", f"guard entry ({rid}, {budget}) was dropped, but {rid} was not "
-                                                  "admitted or resumed", rule="entry-dropped")
+                self.broke(Violation("futility-guard", f"guard entry ({rid}, {budget}) was dropped, but {rid} was not "
+                                                       "admitted or resumed", rule="entry-dropped"))
         if new and not guarded:
-            raise Violation("futility-guard", f"the {cfg.preemption_policy} policy keeps guard entries: "
-                                              f"{sorted(new)}", rule="policy-keeps-entries")
+            self.broke(Violation("futility-guard", f"the {cfg.preemption_policy} policy keeps guard entries: "
+                                                   f"{sorted(new)}", rule="policy-keeps-entries"))
 
 
 class VictimOrders(Check):
@@ -169,7 +169,7 @@ class VictimOrders(Check):
         wrong = (self._documented(run, events, run.view.before) if run.caps.semantics == "loopcheck"
                  else self._claimed(run, events))
         if wrong:
-            raise Violation("victim-order", wrong)
+            self.broke(Violation("victim-order", wrong))
 
     @staticmethod
     def _claimed(run: RunView, events: list[Event]) -> str | None:

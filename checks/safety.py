@@ -25,11 +25,11 @@ class Caps(Check):
         cfg = run.cfg
         running = run.view.running()
         if running > cfg.max_num_seqs:
-            raise Violation("seq-cap", f"{running} requests running > max_num_seqs {cfg.max_num_seqs}")
+            self.broke(Violation("seq-cap", f"{running} requests running > max_num_seqs {cfg.max_num_seqs}"))
         tokens = batch_tokens(events)
         if tokens > cfg.max_num_batched_tokens:
-            raise Violation("token-cap", f"batch of {tokens} tokens > max_num_batched_tokens "
-                                         f"{cfg.max_num_batched_tokens}")
+            self.broke(Violation("token-cap", f"batch of {tokens} tokens > max_num_batched_tokens "
+                                              f"{cfg.max_num_batched_tokens}"))
 
 
 class KvConservation(Check):
@@ -47,13 +47,13 @@ class KvConservation(Check):
 
     def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         if obs.kv_errors:
-            raise Violation("kv-conservation", "; ".join(obs.kv_errors), rule="reported-errors")
+            self.broke(Violation("kv-conservation", "; ".join(obs.kv_errors), rule="reported-errors"))
         if obs.blocks_held > run.cfg.num_blocks or obs.blocks_held < 0:
-            raise Violation("kv-conservation", f"{obs.blocks_held} blocks held of a pool of "
-                                               f"{run.cfg.num_blocks}", rule="held-out-of-range")
+            self.broke(Violation("kv-conservation", f"{obs.blocks_held} blocks held of a pool of "
+                                                    f"{run.cfg.num_blocks}", rule="held-out-of-range"))
         if not run.view.unfinished() and obs.blocks_held:
-            raise Violation("kv-conservation", f"every request finished, but {obs.blocks_held} blocks "
-                                               "are still held", rule="held-after-finish")
+            self.broke(Violation("kv-conservation", f"every request finished, but {obs.blocks_held} blocks "
+                                                    "are still held", rule="held-after-finish"))
         running = [r for r in run.view.open.values() if r.status == RUNNING]
 
         def reached() -> str:   # for the messages only
@@ -61,18 +61,18 @@ class KvConservation(Check):
 
         covered = covered_blocks(running, run.cfg)
         if obs.blocks_held < covered:
-            raise Violation("kv-coverage", f"the running requests have KV for positions ({reached()}) that take "
-                                           f"at least {covered} blocks, but {obs.blocks_held} are held")
+            self.broke(Violation("kv-coverage", f"the running requests have KV for positions ({reached()}) that take "
+                                                f"at least {covered} blocks, but {obs.blocks_held} are held"))
         most = held_at_most(running, run.cfg)
         if obs.blocks_held > most:
-            raise Violation("kv-excess", f"{obs.blocks_held} blocks held, but the running requests (positions "
-                                         f"{reached()}) hold at most {most} under {run.cfg.allocation} "
-                                         "allocation: the rest is held by no running request")
+            self.broke(Violation("kv-excess", f"{obs.blocks_held} blocks held, but the running requests (positions "
+                                              f"{reached()}) hold at most {most} under {run.cfg.allocation} "
+                                              "allocation: the rest is held by no running request"))
 
     def at_end(self, run: RunView, obs: Observation) -> None:
         if obs.blocks_held:
-            raise Violation("kv-conservation", f"drained, but {obs.blocks_held} blocks are still held",
-                            rule="held-after-drain")
+            self.broke(Violation("kv-conservation", f"drained, but {obs.blocks_held} blocks are still held",
+                                 rule="held-after-drain"))
 
 
 class KvTables(Check):
@@ -102,44 +102,49 @@ class KvTables(Check):
                 continue
             pages, rid = obs.block_tables.get(r.spec.rid, []), r.spec.rid
             if len(pages) * cfg.block_size < (r.reach or 0):
-                raise Violation("kv-tables", f"{rid} has positions 0..{r.reach} by the trace, but its table lists "
-                                             f"{len(pages)} pages of {cfg.block_size}", rule="page-count")
+                self.broke(Violation("kv-tables", f"{rid} has positions 0..{r.reach} by the trace, but its table lists "
+                                                  f"{len(pages)} pages of {cfg.block_size}", rule="page-count"))
             listed: set[int] = set()
             for k, page in enumerate(pages):
                 if len(page) != cfg.planes:
-                    raise Violation("kv-tables", f"page {k} of {rid} lists {len(page)} blocks, a page takes "
-                                                 f"{cfg.planes} under kv_layout={cfg.kv_layout}", rule="page-blocks")
+                    self.broke(Violation("kv-tables", f"page {k} of {rid} lists {len(page)} blocks, a page takes "
+                                                      f"{cfg.planes} under kv_layout={cfg.kv_layout}",
+                                         rule="page-blocks"))
                 for block in page:
                     if block in listed:
-                        raise Violation("kv-tables", f"{rid}'s table lists block {block} twice", rule="block-twice")
+                        self.broke(Violation("kv-tables", f"{rid}'s table lists block {block} twice",
+                                             rule="block-twice"))
                     listed.add(block)
-                    if block in first_holder:
-                        _shared(block, *first_holder[block], r, k, cfg.block_size)
-                    else:
+                    if block not in first_holder:
                         first_holder[block] = (r, k)
+                        continue
+                    found = _shared(block, *first_holder[block], r, k, cfg.block_size)
+                    if found is not None:
+                        self.broke(found)
         if 0 <= obs.blocks_held < len(first_holder):   # (a count out of the pool's range: kv-conservation)
-            raise Violation("kv-tables", f"the running requests' tables list {len(first_holder)} blocks, but "
-                                         f"{obs.blocks_held} are held: a listed block is counted free",
-                            rule="listed-counted-free")
+            self.broke(Violation("kv-tables", f"the running requests' tables list {len(first_holder)} blocks, but "
+                                              f"{obs.blocks_held} are held: a listed block is counted free",
+                                 rule="listed-counted-free"))
 
 
-def _shared(block: int, a: RequestView, j: int, b: RequestView, k: int, block_size: int) -> None:
+def _shared(block: int, a: RequestView, j: int, b: RequestView, k: int, block_size: int) -> Violation | None:
     """Block `block`, page j of a's table and page k of b's, may be shared: the
     same page of both, of the same tokens, which one of them has written in
-    full; else a Violation."""
+    full; else the Violation it is (None: it may)."""
     if j != k:
-        raise Violation("kv-tables", f"block {block} is page {j} of {a.spec.rid} and page {k} of {b.spec.rid}",
+        return Violation("kv-tables", f"block {block} is page {j} of {a.spec.rid} and page {k} of {b.spec.rid}",
                         rule="block-two-pages")
     end = (k + 1) * block_size
     if max(a.reach or 0, b.reach or 0) < end:
-        raise Violation("kv-tables", f"block {block}, page {k} of {a.spec.rid} and {b.spec.rid}, is shared but "
+        return Violation("kv-tables", f"block {block}, page {k} of {a.spec.rid} and {b.spec.rid}, is shared but "
                                      f"they have only positions 0..{a.reach or 0} and 0..{b.reach or 0} of it "
                                      "(a page is shared once one of them has written it in full)",
                         rule="shared-unwritten")
     if a.content(end) != b.content(end):
-        raise Violation("kv-tables", f"block {block}, page {k} of {a.spec.rid} and {b.spec.rid}, is shared but "
+        return Violation("kv-tables", f"block {block}, page {k} of {a.spec.rid} and {b.spec.rid}, is shared but "
                                      f"their tokens at positions 0..{end} differ: {list(a.content(end))} and "
                                      f"{list(b.content(end))}", rule="shared-differ")
+    return None
 
 
 class KvHitBlocks(Check):
@@ -229,6 +234,6 @@ class KvHitBlocks(Check):
         digest, writer, page = held
         if digest != hash(content):
             what = f"page {page} of {writer}" if digest is not None else f"part of page {page} of {writer}"
-            raise Violation("kv-hit-blocks", f"{e}: hit page {k} of {e.rid} (its tokens at positions "
-                                             f"0..{len(content)}: {list(content)}) is block {block}, which last "
-                                             f"held {what}")
+            self.broke(Violation("kv-hit-blocks", f"{e}: hit page {k} of {e.rid} (its tokens at positions "
+                                                  f"0..{len(content)}: {list(content)}) is block {block}, which last "
+                                                  f"held {what}"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loopcheck.checks.base import DRIVER_PROPERTIES, Check, Ignoring
+from loopcheck.checks.base import DRIVER_PROPERTIES, Check
 from loopcheck.checks.futility import GuardedFutility
 from loopcheck.checks.lifecycle import Aborts, CachedPages, Lifecycle, PrefixHits, PromptOnly, Work
 from loopcheck.checks.liveness import NeverFitRejected, PriorityVictims, PriorityWaiting, Progress
@@ -53,8 +53,8 @@ def properties() -> list[str]:
 class CheckSet:
     """The checks of a run: a mode's (`checks_for`), none reporting a violation
     whose property or signature (`Violation.signature`, or a signature cut at a
-    ':') is in `ignore` (counted instead: to look past a known bug; see
-    `Ignoring`); signatures by line of an older loopcheck are read as their new
+    ':') is in `ignore` (counted instead, the check judging on: to look past a
+    known bug; see `Check.broke`); signatures by line of an older loopcheck are read as their new
     names (`signatures.current`). A crash or hang is ignored only by signature:
     such a finding then ends its run quietly (`RunEnded`). WorkloadError:
     `ignore` names a property or rule no check reports, or a crash or hang by
@@ -83,9 +83,11 @@ class CheckSet:
                 raise WorkloadError(f"--ignore: unknown rule {entry!r} (the rules of {prop}: {rules})")
 
     def build(self) -> list[Check]:
-        """Fresh instances."""
+        """Fresh instances, each ignoring `ignore`."""
         checks = checks_for(self.mode)
-        return [Ignoring(c, self.ignore) for c in checks] if self.ignore else checks
+        for c in checks:
+            c.ignore = self.ignore
+        return checks
 
     def ignoring(self, *more: str) -> CheckSet:
         """These checks, ignoring `more` too."""

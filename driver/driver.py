@@ -17,7 +17,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loopcheck.checks.base import DRIVER_PROPERTIES, Check, Ignoring, Reference, Violation, ignored, matches
+from loopcheck.checks.base import DRIVER_PROPERTIES, Check, Reference, Violation, ignored, matches
 from loopcheck.driver.coverage import EdgeCoverage
 from loopcheck.model.bounds import work_units
 from loopcheck.model.config import Config
@@ -135,7 +135,7 @@ class Driver:
     `add` and `abort` take effect at the start of the next `step` (so a request added
     at step t has arrival t). The first violation any check raises is kept in
     `failure` and raised again by any later call. A crash, hang or liveness
-    finding that the checks ignore (`Ignoring.ignore` names its signature), and
+    finding that the checks ignore (`Check.ignore` names its signature), and
     any violation after an ignored one in the same run, end the run instead: it
     is kept in `ended_by`, and this call and every later one raise RunEnded. A
     ProtocolError (the SUT broke the protocol) and WorkloadError (bad input)
@@ -154,7 +154,7 @@ class Driver:
         self.on_step = on_step
         self.failure: Violation | None = None
         self.ended_by: Violation | None = None
-        self.ignore = frozenset().union(*(c.ignore for c in checks if isinstance(c, Ignoring)))
+        self.ignore = frozenset().union(*(c.ignore for c in checks))
         self.own: tuple[str, ...] = ()   # the paths of the system's own code (capabilities.code)
         self.coverage = coverage         # counts the system's code edges inside its verbs, from zero
         if coverage is not None:
@@ -208,8 +208,8 @@ class Driver:
         self.specs.append(spec)
         self.view.submit(spec)
         self.last_input = self.t
-        for c in self.checks:
-            self._run_check(lambda c=c: c.on_input(self, "add", spec.rid), self.t)
+        for c in list(self.checks):   # (a check may switch itself off: `_run_check`)
+            self._run_check(c, lambda c=c: c.on_input(self, "add", spec.rid), self.t)
 
     def abort(self, rid: str) -> None:
         """Abort a request at this step, finished or not, as a real API takes an
@@ -225,8 +225,8 @@ class Driver:
         self._call("abort", lambda: self.sut.abort(rid))
         self.specs[index] = replace(self.specs[index], abort_at=self.t)
         self.last_input = self.t
-        for c in self.checks:
-            self._run_check(lambda c=c: c.on_input(self, "abort", rid), self.t)
+        for c in list(self.checks):   # (a check may switch itself off: `_run_check`)
+            self._run_check(c, lambda c=c: c.on_input(self, "abort", rid), self.t)
 
     # ----- stepping ----------------------------------------------------------------------
     def step(self) -> list[Event]:
@@ -244,8 +244,8 @@ class Driver:
         self.counters.fold(events)
         if self.on_step:
             self.on_step(events, self.obs)
-        for c in self.checks:
-            self._run_check(lambda c=c: c.after_step(self, events, self.obs), self.t - 1)
+        for c in list(self.checks):   # (a check may switch itself off: `_run_check`)
+            self._run_check(c, lambda c=c: c.after_step(self, events, self.obs), self.t - 1)
         return events
 
     def drained(self) -> bool:
@@ -284,8 +284,8 @@ class Driver:
             self._fail(Violation("liveness", f"not drained after {self.t} steps (cap {cap}); "
                                              f"unfinished: {', '.join(r.spec.rid for r in self.view.unfinished())}"),
                        last)
-        for c in self.checks:
-            self._run_check(lambda c=c: c.at_end(self, self.obs), last)
+        for c in list(self.checks):   # (a check may switch itself off: `_run_check`)
+            self._run_check(c, lambda c=c: c.at_end(self, self.obs), last)
 
     @property
     def caps(self) -> Capabilities:
@@ -333,12 +333,26 @@ class Driver:
         self.failure = violation
         raise violation
 
-    def _run_check(self, hook: Callable[[], None], step: int) -> None:
-        """Run a check's hook; a violation it raises is pinned to `step`."""
+    def _run_check(self, check: Check, hook: Callable[[], None], step: int) -> None:
+        """Run a check's hook; a violation it raises, and those it met and the run
+        ignores, are pinned to `step`. A check that fails in a hook after an
+        ignored violation of that hook is switched off for the rest of the run
+        (the rule it ignored left it a state it cannot judge from), and says so
+        in `skipped`."""
+        met = len(check.ignored)
         try:
             hook()
         except Violation as v:
             self._fail(v, step)
+        except Exception as exc:  # noqa: BLE001 - only after an ignored violation; else a bug of loopcheck's
+            if len(check.ignored) == met:
+                raise
+            self.checks.remove(check)
+            self.skipped[check.label] = (f"switched off after an ignored {check.ignored[met].signature}, which left "
+                                         f"it unable to judge ({type(exc).__name__}: {exc})")
+        finally:
+            for v in check.ignored[met:]:
+                v.step = step if v.step is None else v.step
 
     def _call(self, verb: str, fn: Callable[[], Any], watched: bool = True) -> Any:
         """Call into the SUT; any exception it raises is a crash violation, and,

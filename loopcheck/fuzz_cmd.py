@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         if summary["ignored"]:
             print("ignored: " + "; ".join(f"{c['signature']} in {c['runs']} of {summary['examples']} runs"
                                           for c in summary["ignored"])
-                  + " (the rest of such a run is not judged)")
+                  + " (the run is judged on; what breaks after it is taken as its consequence)")
         if summary["after_ignored"]:
             print("not reported, as they came after an ignored finding in the same run: " + "; ".join(
                 f"{c['signature']} in {c['runs']} runs" for c in summary["after_ignored"]))

@@ -55,7 +55,7 @@ def render(workload: Workload, rep: Replay) -> str:
         lines.append(f"step {t:4d}  {held:14s} {' '.join(map(str, events))}")
     v = rep.violation
     verdict = (f"REPRODUCED {v.prop} at step {v.step}: {v.message}\n  signature {v.signature}" if v else
-               f"ended by an ignored finding (--ignore): {rep.ended_by.signature} at step {rep.ended_by.step}: "
+               f"ended by {ended_by(rep)}: {rep.ended_by.signature} at step {rep.ended_by.step}: "
                f"{rep.ended_by.message}" if rep.ended_by else
                "drained: no check failed" if rep.drained else f"not drained after {len(rep.events)} steps")
     lines.append(f"{verdict}\nfinished {rep.finished[-1] if rep.finished else 0}/{len(workload.requests)}, "
@@ -66,10 +66,20 @@ def render(workload: Workload, rep: Replay) -> str:
                      + "; ".join(f"{rid} ({why})" for rid, why in rep.refused.items()))
     if rep.skipped:
         lines.append("checks not run: " + "; ".join(f"{k} ({why})" for k, why in rep.skipped.items()))
-    for name, v in rep.ignored:
-        lines.append(f"ignored (--ignore): {v.signature} (step {v.step}): {v.message} (the check of {name} was off "
-                     "from then on)")
+    for _, v in rep.ignored:
+        lines.append(f"ignored (--ignore): {v.signature} (step {v.step}): {v.message}")
     return "\n".join(lines)
+
+
+def ended_by(rep: Replay) -> str:
+    """Why the finding that ended the run is not reported: it is ignored, or it
+    came after an ignored one (its consequence; the system crashed or hung: said)."""
+    ended = rep.ended_by
+    assert ended is not None
+    why = ("an ignored finding (--ignore)" if rep.ended_by_ignored
+           else "a finding after an ignored one (its consequence)")
+    crashed = ended.prop in ("crash", "hang")
+    return why + ("; the system crashed or hung, so nothing after it is judged" if crashed else "")
 
 
 def argv_of(args: argparse.Namespace, checks: CheckSet) -> list[str]:
@@ -112,4 +122,4 @@ def run(args: argparse.Namespace) -> int:
         if expected and (rep.violation is None or rep.violation.prop != expected):
             print(f"note: the file records {expected!r}; this replay "
                   f"{'found ' + repr(rep.violation.prop) if rep.violation else 'found no violation'}")
-    return 1 if rep.violation or not rep.drained else 0
+    return 1 if rep.violation or (not rep.drained and rep.ended_by is None) else 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loopcheck.checks.base import Violation, ignored
+from loopcheck.checks.base import Violation, ignored, matches
 from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.driver import run_workload
 from loopcheck.model.events import Event
@@ -27,8 +27,9 @@ class Replay:
     violation: Violation | None = None
     drained: bool = False
     skipped: dict[str, str] = field(default_factory=dict)
-    ignored: list[tuple[str, Violation]] = field(default_factory=list)   # (check, ignored violation): `Ignoring`
-    ended_by: Violation | None = None   # an ignored crash, hang or liveness finding that ended the run
+    ignored: list[tuple[str, Violation]] = field(default_factory=list)   # (check, ignored violation): `Check.broke`
+    ended_by: Violation | None = None   # the finding that ended the run: ignored, or after an ignored one
+    ended_by_ignored: bool = False      # the run ignores `ended_by` itself (else it came after an ignored one)
     semantics: str | None = None   # the system's capabilities.semantics (None: not loopcheck's, no policy)
     refused: dict[str, str] = field(default_factory=dict)   # requests the system refused at `add` -> why
     cached: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)   # the prefix cache's pages per step
@@ -62,6 +63,7 @@ def replay(workload: Workload, factory: SutFactory, checks: CheckSet, max_steps:
     rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped
     rep.ignored = ignored(run.driver.checks)
     rep.ended_by = run.driver.ended_by
+    rep.ended_by_ignored = rep.ended_by is not None and matches(rep.ended_by, run.driver.ignore)
     rep.refused = dict(run.driver.refused)
     sut = getattr(run.driver, "sut", None)   # (none when building it crashed)
     rep.semantics = sut.capabilities.semantics if sut is not None else None

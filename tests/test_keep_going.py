@@ -161,14 +161,20 @@ def test_seeds_of_a_campaigns_parts_are_independent() -> None:
 
 
 def test_what_breaks_after_an_ignored_finding_is_its_consequence_not_a_new_bug() -> None:
-    """The leaking toy: once its leak (kv-conservation) is ignored, the stall it
-    causes later in the same run ends the run quietly, named in `ended_by`."""
+    """The leaking toy: once its leak (kv-conservation) is ignored, what it
+    causes later in the same run ends the run quietly, named in `ended_by`: the
+    blocks held past what the running requests may hold (kv-excess, judged on
+    by the same check), or, that ignored too, the stall (its blocks never come
+    back)."""
     w = leaking()
     leak = run_workload(w, toy("leak"), PROPERTY.build()).violation
     assert leak is not None and leak.prop == "kv-conservation"
     quiet = run_workload(w, toy("leak"), PROPERTY.ignoring("kv-conservation").build())
     assert quiet.violation is None and quiet.driver.ended_by is not None
-    assert quiet.driver.ended_by.prop == "stall"   # (its blocks never come back)
+    assert quiet.driver.ended_by.prop == "kv-excess"
+    quieter = run_workload(w, toy("leak"), PROPERTY.ignoring("kv-conservation", "kv-excess").build())
+    assert quieter.violation is None and quieter.driver.ended_by is not None
+    assert quieter.driver.ended_by.prop == "stall"
 
 
 def test_a_run_stops_once_an_ignored_finding_shows_its_state_repeating() -> None:
@@ -177,7 +183,7 @@ def test_a_run_stops_once_an_ignored_finding_shows_its_state_repeating() -> None
     the step cap: every later step would repeat it. The run neither drains nor
     reports a finding; a stall found before a later input does not stop it."""
     w = leaking()
-    quiet = run_workload(w, toy("leak"), PROPERTY.ignoring("kv-conservation").ignoring("stall").build())
+    quiet = run_workload(w, toy("leak"), PROPERTY.ignoring("kv-conservation", "kv-excess", "stall").build())
     (stall,) = [v for _, v in ignored(quiet.driver.checks) if v.prop == "stall"]
     assert stall.cycle is not None and quiet.violation is None and not quiet.drained
     assert quiet.driver.t == stall.step + 1 < quiet.driver.default_cap() - 10   # stopped after the step that showed it
@@ -222,7 +228,7 @@ def test_a_finding_after_an_ignored_one_counts_where_a_request_fewer_shows_it_al
     assert stats.separate(another(SEPARATIONS), stuck, checks.build) is None   # SEPARATIONS runs tried for it
     leak = PROPERTY.ignoring("kv-conservation")
     quiet = run_workload(leaking(), toy("leak"), leak.build())
-    assert quiet.driver.ended_by.prop == "stall"
+    assert quiet.driver.ended_by.prop == "kv-excess"   # (the leak again: no request fewer shows it alone)
     assert separated(leaking(), quiet.driver.ended_by.signature, toy("leak"), leak.build) is None
 
 
