@@ -9,7 +9,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from loopcheck.checks.base import Violation
 from loopcheck.checks.counterexample import numbered_paths, recorded_violation, write_counterexample
 from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.coverage import EdgeCoverage
+from loopcheck.driver.determinism import runs_differ
 from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.corpus import Corpus
 from loopcheck.fuzz.directed import Director
@@ -54,8 +55,8 @@ class Finding:
     counterexample file, the requests in it, when it was found (seconds into the
     campaign), the checks it was found with (with keep-going, the earlier
     findings' signatures ignored: its file replays to it with them), notes on
-    its shrinking, and the replays the shrink made (the same bound reproduces
-    its file)."""
+    its shrinking, the replays the shrink made (the same bound reproduces
+    its file), and whether it is flaky (two runs of its workload differ)."""
 
     violation: Violation
     counterexample: Path
@@ -64,6 +65,7 @@ class Finding:
     checks: CheckSet
     notes: list[str] = field(default_factory=list)
     shrink_replays: int = 0
+    flaky: bool = False   # two runs of its workload differed: kept as found, not shrunk
 
 
 @dataclass
@@ -342,9 +344,15 @@ def run_recorded(runs: Iterable[tuple[Workload, Counter]], hunt: Hunt) -> None:
 def finalise(hunt: Hunt, earlier: list[Finding], max_replays: int, deadline: float | None,
              progress: Callable[[str], None] | None) -> Finding:
     """Shrink the recorded failure (keeping its signature) and write it, with a
-    fresh trace, to its own file."""
+    fresh trace, to its own file; a failure whose workload runs differently
+    twice is flaky: kept as found, not shrunk (shrinking would chase noise)."""
     assert hunt.found is not None
     recorded = load_workload(hunt.out / LAST_FAILURE)
+    _, differs = runs_differ(recorded, hunt.factory, hunt.checks.build)
+    if differs is not None:
+        flaky = kept_unshrunk(hunt, earlier, f"FLAKY: two runs of it differ from step {differs} (the system is not "
+                                             "deterministic); kept as found, not shrunk")
+        return replace(flaky, flaky=True)
     if progress:
         progress(f"shrinking a {hunt.found.prop} counterexample of {len(recorded.requests)} requests ...")
     try:

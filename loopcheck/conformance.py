@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from loopcheck.checks.base import Violation
 from loopcheck.checks.suite import checks_for, default_mode
-from loopcheck.driver.driver import Run, run_workload
+from loopcheck.driver.determinism import runs_differ
+from loopcheck.driver.driver import Run
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import RequestSpec, Workload
@@ -84,27 +85,13 @@ def judge(factory: SutFactory, caps: Capabilities) -> list[Outcome]:
 
 def _twice(label: str, name: str, workload: Workload, factory: SutFactory, mode: str) -> Outcome:
     try:
-        first = run_workload(workload, factory, checks_for(mode))
-        second = run_workload(workload, factory, checks_for(mode))
+        first, differs = runs_differ(workload, factory, lambda: checks_for(mode))
     except ProtocolError as broken:
         return Outcome(label, name, 0, f"protocol: {broken.rule}: {broken.detail}")
     steps = first.driver.t
-    differs = first_difference(first, second)   # (first: a finding of a run that differs may be its consequence)
-    if differs is not None:
+    if differs is not None:   # (first: a finding of a run that differs may be its consequence)
         return Outcome(label, name, steps, f"not deterministic: the two runs differ from step {differs}")
     if first.violation is not None:
         return Outcome(label, name, steps, f"{first.violation.signature}: {first.violation.message}",
                        first.violation, first)
     return Outcome(label, name, steps, run=first)
-
-
-def first_difference(a: Run, b: Run) -> int | None:
-    """The first step whose events or outputs differ between two runs of one
-    workload (None: none)."""
-    for t in range(max(len(a.driver.trace), len(b.driver.trace))):
-        ours = a.driver.trace[t] if t < len(a.driver.trace) else None
-        theirs = b.driver.trace[t] if t < len(b.driver.trace) else None
-        if ours != theirs:
-            return t
-    outputs = ({r: o.to_json() for r, o in run.observation.outputs.items()} for run in (a, b))
-    return None if next(outputs) == next(outputs) else len(a.driver.trace)

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
                           sorted(sum((r.stats.after_ignored for r in results), Counter()).items())],
         "counterexamples": [{"property": f.violation.prop, "signature": f.violation.signature,
                              "message": f.violation.message, "file": str(f.counterexample), "requests": f.requests,
-                             "time_to_failure": f.time_to_failure, "notes": f.notes,
+                             "time_to_failure": f.time_to_failure, "notes": f.notes, "flaky": f.flaky,
                              "shrink_replays": f.shrink_replays,
                              "replay": f"loopcheck replay {f.counterexample} --adapter {args.adapter} {f.checks}",
                              "reproduce": command_line(with_replays(argv, f.shrink_replays))} for f in findings],
@@ -175,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
         for c in summary["counterexamples"]:
             found = f"found after {c['time_to_failure']:.1f}s" if c["time_to_failure"] is not None else "found"
             shrunk = f"shrunk to {c['requests']} requests" if not c["notes"] else "; ".join(c["notes"])
-            print(f"COUNTEREXAMPLE {c['signature']}: {c['message']}\n  {found}, {shrunk}: {c['file']}\n"
+            print(f"{'FLAKY ' if c['flaky'] else ''}COUNTEREXAMPLE {c['signature']}: {c['message']}\n"
+                  f"  {found}, {shrunk}: {c['file']}\n"
                   f"  replay: {c['replay']}\n"
                   f"  this file again, byte for byte: {c['reproduce']}")
     interrupted = [r.interrupted for r in results if r.interrupted is not None]

@@ -25,6 +25,9 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-steps", type=int, default=None,
                    help="stop after this many steps (default: the checks' own step cap)")
     p.add_argument("--policy", choices=("unguarded", "guarded"), help="override config.preemption_policy")
+    p.add_argument("--runs", type=int, default=2, metavar="N",
+                   help="run the file N times and say 'not deterministic', with the first step where the runs "
+                        "differ, if they do (default 2; 1: once)")
     p.add_argument("--json", action="store_true", help="print one JSON object (with the trace)")
     p.add_argument("--plot", metavar="PNG", help="draw the run as a timeline: a row per request (waiting, running, "
                    "preempted; prefill and decode work; preemptions and resumptions marked, with arrows from "
@@ -66,6 +69,9 @@ def render(workload: Workload, rep: Replay) -> str:
                      + "; ".join(f"{rid} ({why})" for rid, why in rep.refused.items()))
     if rep.skipped:
         lines.append("checks not run: " + "; ".join(f"{k} ({why})" for k, why in rep.skipped.items()))
+    if rep.differs is not None:
+        lines.append(f"NOT DETERMINISTIC: {rep.runs} runs of this file differ from step {rep.differs} (the usual "
+                     "causes: docs/checking.md, \"Determinism\")")
     for _, v in rep.ignored:
         lines.append(f"ignored (--ignore): {v.signature} (step {v.step}): {v.message}")
     return "\n".join(lines)
@@ -90,9 +96,13 @@ def argv_of(args: argparse.Namespace, checks: CheckSet) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Replay a counterexample step by step (exit 1 when a violation reproduces)."""
+    """Replay a counterexample step by step, twice by default (exit 1 when a
+    violation reproduces, or the runs differ)."""
     if args.max_steps is not None and args.max_steps < 1:
         print("loopcheck replay: error: --max-steps: must be >= 1", file=sys.stderr)
+        return 2
+    if args.runs < 1:
+        print("loopcheck replay: error: --runs: must be >= 1", file=sys.stderr)
         return 2
     if args.plot:
         check_matplotlib("--plot")
@@ -100,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     workload = prepare(args)
     checks = check_set_of(args, capabilities_of(factory_of(args), workload.config).semantics)
     banner(None, argv_of(args, checks), sys.stderr if args.json else None)
-    rep = replay(workload, factory_of(args), checks, args.max_steps)
+    rep = replay(workload, factory_of(args), checks, args.max_steps, args.runs)
     if args.plot:
         draw(rep.timeline(workload, args.adapter), args.plot)
     if args.json:
@@ -115,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
                           "ignored": [{"property": v.prop, "signature": v.signature, "message": v.message,
                                        "step": v.step, "check": name} for name, v in rep.ignored],
                           "ended_by": rep.ended_by.signature if rep.ended_by else None,
+                          "runs": rep.runs, "differs_from_step": rep.differs,
                           "trace": [[e.to_json() for e in evs] for evs in rep.events]}))
     else:
         print(render(workload, rep))
@@ -122,4 +133,4 @@ def run(args: argparse.Namespace) -> int:
         if expected and (rep.violation is None or rep.violation.prop != expected):
             print(f"note: the file records {expected!r}; this replay "
                   f"{'found ' + repr(rep.violation.prop) if rep.violation else 'found no violation'}")
-    return 1 if rep.violation or (not rep.drained and rep.ended_by is None) else 0
+    return 1 if rep.violation or (not rep.drained and rep.ended_by is None) or rep.differs is not None else 0

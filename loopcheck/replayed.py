@@ -9,6 +9,7 @@ from pathlib import Path
 
 from loopcheck.checks.base import Violation, ignored, matches
 from loopcheck.checks.suite import CheckSet
+from loopcheck.driver.determinism import first_difference
 from loopcheck.driver.driver import run_workload
 from loopcheck.model.events import Event
 from loopcheck.model.workload import Workload
@@ -33,6 +34,8 @@ class Replay:
     semantics: str | None = None   # the system's capabilities.semantics (None: not loopcheck's, no policy)
     refused: dict[str, str] = field(default_factory=dict)   # requests the system refused at `add` -> why
     cached: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)   # the prefix cache's pages per step
+    runs: int = 1                 # the runs made
+    differs: int | None = None    # the first step at which a later run differed from the first (None: none did)
 
     def record(self, events: list[Event], obs: Observation) -> None:
         done = sum(e.kind == "finish" for e in events) + (self.finished[-1] if self.finished else 0)
@@ -55,11 +58,17 @@ class Replay:
                         self.cached if any(self.cached) else None)
 
 
-def replay(workload: Workload, factory: SutFactory, checks: CheckSet, max_steps: int | None = None) -> Replay:
+def replay(workload: Workload, factory: SutFactory, checks: CheckSet, max_steps: int | None = None,
+           runs: int = 1) -> Replay:
     """Run `workload` on the system `factory` builds with `checks` (to their step
-    cap, or `max_steps`), recording every step."""
-    rep = Replay()
+    cap, or `max_steps`), recording every step; then `runs - 1` times more, each
+    compared with the first (`Replay.differs`)."""
+    rep = Replay(runs=runs)
     run = run_workload(workload, factory, checks.build(), max_steps, rep.record)
+    for _ in range(runs - 1):
+        rep.differs = first_difference(run, run_workload(workload, factory, checks.build(), max_steps))
+        if rep.differs is not None:
+            break
     rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped
     rep.ignored = ignored(run.driver.checks)
     rep.ended_by = run.driver.ended_by

@@ -5,6 +5,7 @@ FILE.py:FACTORY)."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
@@ -157,3 +158,30 @@ class Spins(ModelSUT):
             Path(marker).touch()
         while True:
             pass
+
+
+class ByIdentity(ModelSUT):
+    """The model behind a singleton that outlives its runs, as a scheduler that
+    iterates over requests keyed by object identity or a counter: every other
+    system built on a config reports a step's arrivals in reverse order and one
+    block held more than it holds (a KV finding in every other run)."""
+
+    built: Counter = Counter()
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        ByIdentity.built[cfg] += 1
+        self.odd = ByIdentity.built[cfg] % 2 == 0
+
+    def step(self):
+        events = super().step()
+        if not self.odd:
+            return events
+        arrivals = [e for e in events if e.kind == "arrive"][::-1]
+        return arrivals + [e for e in events if e.kind != "arrive"]
+
+    def observe(self):
+        obs = super().observe()
+        if self.odd and obs.blocks_held:
+            obs.blocks_held += 1
+        return obs

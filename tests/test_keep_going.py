@@ -7,7 +7,6 @@ import json
 import pickle
 from collections import Counter
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -26,14 +25,11 @@ from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import RequestSpec, Workload, load_workload
 from loopcheck.sut.code import functions
-from tests.toy_scheduler import PINNED, ToyScheduler
+from tests.toy_scheduler import PINNED, toy
 
 TOY = str(Path(__file__).parent / "toy_scheduler.py")
 PROPERTY = CheckSet("property")
 
-
-def toy(*bugs: str):
-    return partial(ToyScheduler, bugs=frozenset(bugs))
 
 
 def crashing_abort() -> Workload:

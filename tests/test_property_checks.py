@@ -36,14 +36,11 @@ from loopcheck.sut.model_sut import ModelSUT
 from loopcheck.sut.view import RUNNING, RequestView
 from tests.engine_workloads import livelock_example
 from tests.helpers import req, workload
-from tests.toy_scheduler import MISPLACED, PINNED, ToyScheduler
+from tests.toy_scheduler import MISPLACED, PINNED, ToyScheduler, toy
 
 TOY = str(Path(__file__).parent / "toy_scheduler.py")
 SEEN_IN_TABLES_TOO = {"page-key"}   # bugs kv-hit-blocks sees as well (a hit reads a block of other tokens)
 
-
-def toy(*bugs: str):
-    return partial(ToyScheduler, bugs=frozenset(bugs))
 
 
 def test_the_clean_toy_breaks_no_property(tmp_path) -> None:

@@ -11,7 +11,9 @@ of it."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from loopcheck.model.config import Config
 from loopcheck.model.events import (
@@ -327,6 +329,11 @@ class ToyScheduler:
 def leaky(cfg: Config) -> ToyScheduler:
     """The toy with its finished requests' blocks never freed."""
     return ToyScheduler(cfg, frozenset({"leak"}))
+
+
+def toy(*bugs: str) -> Callable[[Config], ToyScheduler]:
+    """A factory of the toy with these bugs switched on."""
+    return partial(ToyScheduler, bugs=frozenset(bugs))
 
 
 def leaky_over_slots(cfg: Config) -> ToyScheduler:
