@@ -1,8 +1,8 @@
-"""A campaign's report: OUT/report.md lists what `loopcheck fuzz` found, each
-finding with its message, file, replay command, the command that writes the same
-file again, and its timeline (`loopcheck.timeline`, drawn beside the file as
-counterexample-PROPERTY.png by replaying it; needs matplotlib, else the report
-says so)."""
+"""A campaign's report: OUT/report.md lists what `loopcheck fuzz` found, by bug
+(findings of one cause, `fuzz.grouping`), each finding with its message, file,
+replay command, the command that writes the same file again, and its timeline
+(`loopcheck.timeline`, drawn beside the file as counterexample-PROPERTY.png by
+replaying it; needs matplotlib, else the report says so)."""
 
 from __future__ import annotations
 
@@ -52,12 +52,21 @@ def write_report(out: Path, command: str, summary: dict[str, Any], findings: lis
              f"{' (interrupted: this covers the run until then)' if summary['interrupted'] else ''}.", ""]
     lines += [f"- ignored: `{c['signature']}` in {c['runs']} runs" for c in summary["ignored"]]
     lines += [""] if summary["ignored"] else []
-    lines += [f"## {len(findings)} finding{'s' if len(findings) != 1 else ''}", ""]
+    bugs = summary["bugs"]
+    lines += [f"## {len(bugs)} bug{'s' if len(bugs) != 1 else ''}, {len(findings)} "
+              f"finding{'s' if len(findings) != 1 else ''}", ""]
     if not findings:
         lines.append("No counterexample.")
+    shown = 0
     for number, (finding, entry) in enumerate(zip(findings, summary["counterexamples"], strict=True), 1):
+        if entry["bug"] != shown:
+            shown = entry["bug"]
+            bug = bugs[shown - 1]
+            lines += [f"### Bug {shown}: first departs at `{bug['cause']}`", "",
+                      "Signatures: " + ", ".join(f"`{s}`" for s in bug["signatures"]), ""]
         here = os.path.relpath(finding.counterexample, out)
-        lines += [f"### {number}. `{entry['signature']}`", "", entry["message"], "",
+        lines += [f"#### {number}. `{entry['signature']}`{' (flaky)' if entry['flaky'] else ''}", "",
+                  entry["message"], "",
                   f"- file: [{here}]({here}), {entry['requests']} requests"
                   + (f", found after {entry['time_to_failure']:.1f} s" if entry["time_to_failure"] is not None
                      else "") + "".join(f"; {note}" for note in entry["notes"]),

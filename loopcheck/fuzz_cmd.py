@@ -15,6 +15,7 @@ from loopcheck.adapters.loader import capabilities_of, load_factory
 from loopcheck.campaign_report import write_report
 from loopcheck.fuzz.campaign import BRANCHES, GUIDANCE, CampaignResult, Finding, main_progress, run_campaign
 from loopcheck.fuzz.directed import WINDOWS
+from loopcheck.fuzz.grouping import group_findings
 from loopcheck.fuzz.seeds import derived_seed
 from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import Shape
@@ -122,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
                 for process in list(getattr(pool, "_processes", {}).values()):
                     process.terminate()
                 raise
-    findings = distinct_findings(results)
+    groups = group_findings(distinct_findings(results), factory, checks)
+    findings = [f for g in groups for f in g.findings]   # (by cause, each cause's in the order found)
+    number = {id(f): k for k, g in enumerate(groups, 1) for f in g.findings}
     summary = {
         "adapter": args.adapter, "check": check, "policy": args.policy, "seed": seed_value,
         "workers": args.workers, "examples": sum(r.stats.examples for r in results),
@@ -141,9 +144,10 @@ def run(args: argparse.Namespace) -> int:
         "counterexamples": [{"property": f.violation.prop, "signature": f.violation.signature,
                              "message": f.violation.message, "file": str(f.counterexample), "requests": f.requests,
                              "time_to_failure": f.time_to_failure, "notes": f.notes, "flaky": f.flaky,
-                             "shrink_replays": f.shrink_replays,
+                             "shrink_replays": f.shrink_replays, "bug": number[id(f)],
                              "replay": f"loopcheck replay {f.counterexample} --adapter {args.adapter} {f.checks}",
                              "reproduce": command_line(with_replays(argv, f.shrink_replays))} for f in findings],
+        "bugs": [{"cause": g.cause, "signatures": g.signatures} for g in groups],
         "interrupted": any(r.interrupted is not None for r in results),
     }
     summary["report"] = str(write_report(Path(args.out), command_line(argv), summary, findings, factory))
@@ -170,9 +174,16 @@ def run(args: argparse.Namespace) -> int:
         if summary["after_ignored"]:
             print("not reported, as they came after an ignored finding in the same run: " + "; ".join(
                 f"{c['signature']} in {c['runs']} runs" for c in summary["after_ignored"]))
-        if args.keep_going:
-            print(f"{len(findings)} distinct bug{'s' if len(findings) != 1 else ''} found")
+        if args.keep_going or len(groups) > 1:
+            print(f"{len(groups)} distinct bug{'s' if len(groups) != 1 else ''} found ({len(findings)} "
+                  f"signature{'s' if len(findings) != 1 else ''}; grouped by cause: docs/checking.md, \"One bug, "
+                  "one finding\")")
+        shown = 0
         for c in summary["counterexamples"]:
+            if c["bug"] != shown and len(groups) > 1:
+                shown = c["bug"]
+                bug = summary["bugs"][shown - 1]
+                print(f"BUG {shown} (first departs at {bug['cause']}): {', '.join(bug['signatures'])}")
             found = f"found after {c['time_to_failure']:.1f}s" if c["time_to_failure"] is not None else "found"
             shrunk = f"shrunk to {c['requests']} requests" if not c["notes"] else "; ".join(c["notes"])
             print(f"{'FLAKY ' if c['flaky'] else ''}COUNTEREXAMPLE {c['signature']}: {c['message']}\n"
