@@ -168,6 +168,7 @@ class Driver:
         # per step, for each page the system's prefix cache registered in it that no request had computed by its
         # end (`Observation.registered_pages`), whether the cache still held it after the step (in runs with checks)
         self.uncomputed_registrations: list[tuple[bool, ...]] = []
+        self.past_repeats = False   # run on past an ignored finding whose state repeats (`run_to_drain`)
         self._index: dict[str, int] = {}   # request id -> position in specs
         self.sut: SystemUnderTest
         try:
@@ -257,12 +258,13 @@ class Driver:
         return self.last_input + 4 * sum(work_units(self.workload())) + 50
 
     def run_to_drain(self, max_steps: int | None = None) -> bool:
-        """Step until drained or `max_steps` steps in all, or until a finding the
-        checks ignore showed the state repeating with no input to come (a stall
-        or livelock with its cycle: every later step repeats it, so it could
-        show nothing new); True if drained."""
+        """Step until drained or `max_steps` steps in all, or, unless
+        `past_repeats`, until a finding the checks ignore showed the state
+        repeating with no input to come (a stall or livelock with its cycle: the
+        system does nothing new, though a rule that judges by elapsed steps may
+        still break); True if drained."""
         cap = max_steps if max_steps is not None else self.default_cap()
-        while not self.drained() and self.t < cap and not self.repeating():
+        while not self.drained() and self.t < cap and (self.past_repeats or not self.repeating()):
             self.step()
         return self.drained()
 
@@ -385,12 +387,13 @@ class Run:
 
 def run_workload(workload: Workload, factory: SutFactory, checks: Sequence[Check] = (),
                  max_steps: int | None = None, on_step: OnStep | None = None,
-                 coverage: EdgeCoverage | None = None) -> Run:
+                 coverage: EdgeCoverage | None = None, past_repeats: bool = False) -> Run:
     """Drive a recorded workload (arrivals and aborts by step). With checks, drain
     within their cap (or `max_steps`) and run their end tests; without, run until
     drained or `max_steps`. A run an ignored finding ended (`Driver.ended_by`)
     has no violation and has not drained."""
     driver = Driver(factory, workload.config, checks, on_step, coverage)
+    driver.past_repeats = past_repeats
     last = max((max(s.arrival, s.abort_at or 0) for s in workload.requests), default=0)
     driver.inputs_until = last
     inputs = InputSchedule(workload.requests)

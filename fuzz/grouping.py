@@ -62,14 +62,15 @@ class Shown:
 
 def shown_by(finding: Finding, factory: SutFactory, checks: CheckSet, most: int = 8) -> Shown:
     """Replay the finding's file with `checks`, each violation found ignored in
-    the next replay (at most `most` replays); a flaky finding, or a file that
-    shows nothing, shows its own signature alone."""
+    the next replay (at most `most` replays), on past an ignored state that
+    repeats (a rule that judges by elapsed steps may break later); a flaky
+    finding, or a file that shows nothing, shows its own signature alone."""
     own = finding.violation.signature
     if finding.flaky:
         return Shown(frozenset({own}), frozenset({own}))
     workload, found, first, step = load_workload(finding.counterexample), [], set(), None
     for _ in range(most):
-        run = run_workload(workload, factory, checks.ignoring(*found).build())
+        run = run_workload(workload, factory, checks.ignoring(*found).build(), past_repeats=True)
         ended = run.driver.ended_by
         shown = run.violation or (ended if ended is not None and not matches(ended, checks.ignore) else None)
         if shown is None or shown.signature in found:
