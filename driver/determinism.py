@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from loopcheck.checks.base import Check
-from loopcheck.driver.driver import Run, run_workload
+from loopcheck.driver.driver import OnStep, Run, run_workload
 from loopcheck.model.workload import Workload
 from loopcheck.sut.protocol import SutFactory
 
@@ -33,10 +33,12 @@ def first_difference(a: Run, b: Run) -> int | None:
 
 
 def runs_differ(workload: Workload, factory: SutFactory, checks: Callable[[], Sequence[Check]] = list,
-                runs: int = 2, max_steps: int | None = None) -> tuple[Run, int | None]:
-    """The first of `runs` runs of `workload` (fresh checks each), and the first
-    step at which a later run differs from it (None: all agree)."""
-    first = run_workload(workload, factory, checks(), max_steps)
+                runs: int = 2, max_steps: int | None = None, on_step: OnStep | None = None
+                ) -> tuple[Run, int | None]:
+    """The first of `runs` runs of `workload` (fresh checks each; `on_step` sees
+    its steps), and the first step at which a later run differs from it (None:
+    all agree)."""
+    first = run_workload(workload, factory, checks(), max_steps, on_step)
     for _ in range(runs - 1):
         differs = first_difference(first, run_workload(workload, factory, checks(), max_steps))
         if differs is not None:

@@ -143,7 +143,8 @@ class Driver:
     """
 
     def __init__(self, factory: SutFactory, cfg: Config, checks: Sequence[Check] = (),
-                 on_step: OnStep | None = None, coverage: EdgeCoverage | None = None) -> None:
+                 on_step: OnStep | None = None, coverage: EdgeCoverage | None = None,
+                 past_repeats: bool = False) -> None:
         self.cfg = cfg
         self.factory = factory
         self.t = 0
@@ -168,7 +169,7 @@ class Driver:
         # per step, for each page the system's prefix cache registered in it that no request had computed by its
         # end (`Observation.registered_pages`), whether the cache still held it after the step (in runs with checks)
         self.uncomputed_registrations: list[tuple[bool, ...]] = []
-        self.past_repeats = False   # run on past an ignored finding whose state repeats (`run_to_drain`)
+        self.past_repeats = past_repeats   # run on past an ignored finding whose state repeats (`run_to_drain`)
         self._index: dict[str, int] = {}   # request id -> position in specs
         self.sut: SystemUnderTest
         try:
@@ -392,8 +393,7 @@ def run_workload(workload: Workload, factory: SutFactory, checks: Sequence[Check
     within their cap (or `max_steps`) and run their end tests; without, run until
     drained or `max_steps`. A run an ignored finding ended (`Driver.ended_by`)
     has no violation and has not drained."""
-    driver = Driver(factory, workload.config, checks, on_step, coverage)
-    driver.past_repeats = past_repeats
+    driver = Driver(factory, workload.config, checks, on_step, coverage, past_repeats)
     last = max((max(s.arrival, s.abort_at or 0) for s in workload.requests), default=0)
     driver.inputs_until = last
     inputs = InputSchedule(workload.requests)

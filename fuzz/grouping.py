@@ -27,13 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loopcheck.checks.base import matches
+from loopcheck.checks.signatures import PLACED
 from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.campaign import Finding
 from loopcheck.model.workload import load_workload
 from loopcheck.sut.protocol import SutFactory
-
-PLACED = ("crash", "hang")   # departures named by their site: never merged across sites
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import json
 import sys
 
 from loopcheck.adapters.loader import capabilities_of
+from loopcheck.checks.signatures import PLACED
 from loopcheck.checks.suite import CheckSet
 from loopcheck.model.workload import Workload
 from loopcheck.options import add_adapter, add_check_mode, check_set_of, factory_of
@@ -16,6 +17,8 @@ from loopcheck.replayed import Replay, replay
 from loopcheck.report import banner
 from loopcheck.simulate_cmd import prepare
 from loopcheck.timeline import check_matplotlib, draw
+
+DEFAULT_RUNS = 2   # replay runs a file twice, to tell whether the system is deterministic
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -25,7 +28,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-steps", type=int, default=None,
                    help="stop after this many steps (default: the checks' own step cap)")
     p.add_argument("--policy", choices=("unguarded", "guarded"), help="override config.preemption_policy")
-    p.add_argument("--runs", type=int, default=2, metavar="N",
+    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="N",
                    help="run the file N times and say 'not deterministic', with the first step where the runs "
                         "differ, if they do (default 2; 1: once)")
     p.add_argument("--json", action="store_true", help="print one JSON object (with the trace)")
@@ -84,7 +87,7 @@ def ended_by(rep: Replay) -> str:
     assert ended is not None
     why = ("an ignored finding (--ignore)" if rep.ended_by_ignored
            else "a finding after an ignored one (its consequence)")
-    crashed = ended.prop in ("crash", "hang")
+    crashed = ended.prop in PLACED
     return why + ("; the system crashed or hung, so nothing after it is judged" if crashed else "")
 
 
@@ -92,6 +95,7 @@ def argv_of(args: argparse.Namespace, checks: CheckSet) -> list[str]:
     out = ["replay", args.file, "--adapter", args.adapter, *checks.flags()]
     out += ["--max-steps", str(args.max_steps)] if args.max_steps else []
     out += ["--policy", args.policy] if args.policy else []
+    out += ["--runs", str(args.runs)] if args.runs != DEFAULT_RUNS else []
     return out
 
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from loopcheck.checks.base import Violation, ignored, matches
 from loopcheck.checks.suite import CheckSet
-from loopcheck.driver.determinism import first_difference
-from loopcheck.driver.driver import run_workload
+from loopcheck.driver.determinism import runs_differ
 from loopcheck.model.events import Event
 from loopcheck.model.workload import Workload
 from loopcheck.sut.protocol import Observation, SutFactory
@@ -64,11 +63,7 @@ def replay(workload: Workload, factory: SutFactory, checks: CheckSet, max_steps:
     cap, or `max_steps`), recording every step; then `runs - 1` times more, each
     compared with the first (`Replay.differs`)."""
     rep = Replay(runs=runs)
-    run = run_workload(workload, factory, checks.build(), max_steps, rep.record)
-    for _ in range(runs - 1):
-        rep.differs = first_difference(run, run_workload(workload, factory, checks.build(), max_steps))
-        if rep.differs is not None:
-            break
+    run, rep.differs = runs_differ(workload, factory, checks.build, runs, max_steps, rep.record)
     rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped
     rep.ignored = ignored(run.driver.checks)
     rep.ended_by = run.driver.ended_by
