@@ -5,12 +5,14 @@ A finding's *first departure* is what its counterexample shows first when it
 is replayed with every check on, only the campaign's own `--ignore` kept (the
 signatures keep-going added are dropped): the signatures of every rule broken at
 the earliest step any is, the step at which the run leaves what the checks
-allow. A crash or a hang departs at its own site. Two findings are one cause
-when their first departures share a rule, when one's counterexample departs
-first at the other's signature (it shows the other's bug at its first step), or
-when each counterexample, run on past what it shows (each violation ignored in
-turn), shows the other's signature. Two crashes or hangs at different sites are
-never one cause, even through other findings.
+allow. A crash or a hang departs at its own site. Two groups of findings (at
+first one finding each) are one cause when their first departures share a rule,
+when one group's counterexample departs first at the other's signature (it
+shows the other's bug at its first step), or when a counterexample of each
+group, run on past what it shows (each violation ignored in turn), shows a
+signature of the other group; groups merge until no two are related. Two
+crashes or hangs at different sites are never one cause, even through other
+findings.
 
 Limits: two bugs whose counterexamples break the same rule first are one group
 (a leak and a double free that both first show as the same kv-conservation
@@ -83,28 +85,38 @@ def shown_by(finding: Finding, factory: SutFactory, checks: CheckSet, most: int 
 
 def group_findings(findings: list[Finding], factory: SutFactory, checks: CheckSet) -> list[Group]:
     """The findings in groups of one cause each (the module's rule), in the
-    order of each group's first finding."""
+    order of each group's first finding. Groups are merged until no two are
+    related: a rule in both groups' first departures, a group's own signature in
+    the other's first departures, or each group's files, run on, showing an own
+    signature of the other."""
     shown = [shown_by(f, factory, checks) for f in findings]
-    firsts = [s.first for s in shown]
-    own = [f.violation.signature for f in findings]
-    parent = list(range(len(findings)))
+    groups = [[i] for i in range(len(findings))]
 
-    def root(i: int) -> int:
-        while parent[i] != i:
-            i = parent[i]
-        return i
+    def own(group: list[int]) -> set[str]:
+        return {findings[k].violation.signature for k in group}
 
-    def sites(i: int) -> set[str]:   # the crash and hang findings of i's group
-        return {own[k] for k in range(len(findings)) if root(k) == root(i) and own[k].partition("@")[0] in PLACED}
+    def firsts(group: list[int]) -> frozenset[str]:
+        return frozenset().union(*(shown[k].first for k in group))
 
-    for i in range(len(findings)):
-        for j in range(i):
-            related = (bool(firsts[i] & firsts[j]) or own[j] in firsts[i] or own[i] in firsts[j]
-                       or (own[j] in shown[i].all and own[i] in shown[j].all))
-            if related and root(i) != root(j) and len(sites(i) | sites(j)) <= 1:
-                parent[root(i)] = root(j)
-    groups: dict[int, list[int]] = {}
-    for i in range(len(findings)):
-        groups.setdefault(root(i), []).append(i)
-    return [Group(", ".join(sorted(set().union(*(firsts[k] for k in members)))),
-                  tuple(findings[k] for k in members)) for members in groups.values()]
+    def all_shown(group: list[int]) -> frozenset[str]:
+        return frozenset().union(*(shown[k].all for k in group))
+
+    def sites(group: list[int]) -> set[str]:   # the crash and hang signatures of the group
+        return {s for s in own(group) if s.partition("@")[0] in PLACED}
+
+    def related(a: list[int], b: list[int]) -> bool:
+        return (bool(firsts(a) & firsts(b)) or bool(own(a) & firsts(b)) or bool(own(b) & firsts(a))
+                or bool(own(a) & all_shown(b)) and bool(own(b) & all_shown(a)))
+
+    merged = True
+    while merged:
+        merged = False
+        for j, later in enumerate(groups):
+            earlier = next((g for g in groups[:j] if len(sites(g) | sites(later)) <= 1 and related(g, later)), None)
+            if earlier is not None:
+                earlier.extend(later)
+                earlier.sort()
+                del groups[j]
+                merged = True
+                break
+    return [Group(", ".join(sorted(firsts(g))), tuple(findings[k] for k in g)) for g in groups]
