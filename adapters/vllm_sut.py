@@ -7,7 +7,11 @@ Install with `scripts/install-engine.sh vllm` (vLLM without its CUDA stack; pinn
 constraints-vllm.txt). Config mapping: block_size; num_blocks usable blocks (vLLM
 reserves one more as its null block); max_num_seqs; max_num_batched_tokens;
 prefill_chunk_size as long_prefill_token_threshold; prefix_caching; policy
-"priority" with priority_preemption, else "fcfs". The fields vLLM has no notion
+"priority" with priority_preemption, else "fcfs"; max_loras as its LoRAConfig's
+(LoRA is always on; a request's `lora` becomes its LoRARequest, whose weights
+are never loaded). A request's `grammar_ready` gives it structured output,
+compiled by vLLM's StructuredOutputManager through the fakes of
+adapters/vllm_grammar.py. The fields vLLM has no notion
 of are pinned (incremental allocation, no watermark; the plain-engine profile of
 sut/protocol.py pins the looped-model fields: a preempted request recomputes, keeping its tokens).
 
@@ -22,6 +26,7 @@ import os
 from typing import Any
 
 from loopcheck.adapters.fake_lm import TINY_LM_DIR, fake_token
+from loopcheck.adapters.vllm_grammar import BACKEND, FakeGrammarBackend, StepExecutor
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt, Prefill, RequestOutput, Resume, Token
@@ -34,14 +39,22 @@ _REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "reje
 
 @functools.lru_cache(maxsize=256)
 def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_num_batched_tokens: int,
-                  long_prefill: int, policy: str) -> Any:
+                  long_prefill: int, policy: str, max_loras: int) -> Any:
     """vLLM's VllmConfig for these scheduler settings, built once per process
     and shared by the runs that use them (building one validates the model's
     config and the platform: about 13 ms, more than a whole run of vLLM's
     scheduler). vLLM's scheduler, KV cache manager and block pool only read it;
     each run builds its own of those. The pool's size is not part of it: it is
     set before each Scheduler is built, which reads it once."""
-    from vllm.config import CacheConfig, DeviceConfig, KVEventsConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        KVEventsConfig,
+        LoRAConfig,
+        ModelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
 
     sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                             max_model_len=65536, enable_chunked_prefill=True, is_encoder_decoder=False,
@@ -51,7 +64,8 @@ def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_
     cache = CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching)
     events = KVEventsConfig(enable_kv_cache_events=True, publisher="null")   # (read after each schedule())
     return VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
-                      device_config=DeviceConfig(device="cpu"), kv_events_config=events)
+                      device_config=DeviceConfig(device="cpu"), kv_events_config=events,
+                      lora_config=LoRAConfig(max_loras=max_loras, max_lora_rank=8))
 
 
 class VllmSUT:
@@ -68,26 +82,29 @@ class VllmSUT:
         self.cfg = cfg
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
                                          pinned=PINNED, block_tables=True, code=("vllm.v1.core",),
-                                         refuses=("prompt_only",), cached_pages=True)
+                                         refuses=("prompt_only",), cached_pages=True, features=("lora", "grammar"))
         bs = cfg.block_size
         long_prefill = cfg.prefill_chunk_size if cfg.prefill_chunk_size < cfg.max_num_batched_tokens else 0
         if cfg.max_num_batched_tokens < cfg.max_num_seqs:
             raise WorkloadError(f"config.max_num_batched_tokens: vLLM needs at least max_num_seqs "
                                 f"({cfg.max_num_seqs}), got {cfg.max_num_batched_tokens}")
         vllm_config = engine_config(bs, cfg.prefix_caching, cfg.max_num_seqs, cfg.max_num_batched_tokens,
-                                    long_prefill, "priority" if cfg.priority_preemption else "fcfs")
+                                    long_prefill, "priority" if cfg.priority_preemption else "fcfs", cfg.max_loras)
         blocks = cfg.num_blocks + 1   # vLLM's block 0 is its reserved null block
         kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(
             ["layer"], FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32))])
         vllm_config.cache_config.num_gpu_blocks = blocks   # (read once, by the Scheduler's constructor)
-        self.scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv,
-                                   structured_output_manager=StructuredOutputManager(vllm_config),
+        grammars = StructuredOutputManager(vllm_config)
+        grammars.backend, grammars.backend_name = FakeGrammarBackend(cfg.vocab_size), BACKEND
+        self.compiler = grammars.executor = StepExecutor()   # (its thread pool, absent without a tokenizer)
+        self.scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv, structured_output_manager=grammars,
                                    block_size=bs, log_stats=False)
         from vllm.utils.hashing import sha256_cbor
 
         init_none_hash(sha256_cbor)
         self.hasher = get_request_block_hasher(bs, sha256_cbor)
         self.pending: list[tuple[RequestSpec, Any]] = []   # (request, its vLLM SamplingParams)
+        self.compiling: dict[str, int | None] = {}        # request -> the step its grammar compiles at (None: never)
         self.aborts: list[str] = []
         self.outputs: dict[str, RequestOutput] = {}
         self.preempted: set[str] = set()
@@ -124,10 +141,14 @@ class VllmSUT:
         """Queue the request for the next step; `Refused` when vLLM's own
         SamplingParams validation refuses it as a client error (max_tokens 0)."""
         from vllm.exceptions import VLLMClientError
-        from vllm.sampling_params import SamplingParams
+        from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
+        grammar = None
+        if spec.grammar_ready is not None:
+            grammar = StructuredOutputsParams(grammar="root ::= [a-z]*")
+            grammar._backend = BACKEND   # (what vLLM's input processor sets, the backend resolved)
         try:
-            params = SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True,
+            params = SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True, structured_outputs=grammar,
                                     stop_token_ids=[spec.stop_token] if spec.stop_token is not None else None)
         except VLLMClientError as exc:
             raise Refused(f"vLLM's SamplingParams refuses it: {exc}") from None
@@ -137,11 +158,17 @@ class VllmSUT:
         self.aborts.append(rid)
 
     def _request(self, spec: RequestSpec, params: Any) -> Any:
+        from vllm.lora.request import LoRARequest
         from vllm.v1.request import Request
 
-        return Request(request_id=spec.rid, prompt_token_ids=list(spec.prompt), sampling_params=params,
-                       pooling_params=None, priority=spec.priority,
-                       arrival_time=float(self.steps) + len(self.outputs) * 1e-6, block_hasher=self.hasher)
+        lora = LoRARequest(f"adapter{spec.lora}", spec.lora, "/nonexistent/adapter") if spec.lora else None
+        request = Request(request_id=spec.rid, prompt_token_ids=list(spec.prompt), sampling_params=params,
+                          pooling_params=None, priority=spec.priority, lora_request=lora,
+                          arrival_time=float(self.steps) + len(self.outputs) * 1e-6, block_hasher=self.hasher)
+        if request.use_structured_output:   # (as vLLM's engine core does before the scheduler sees it)
+            self.compiler.due = self.compiling[spec.rid] = spec.ready_at()
+            self.scheduler.structured_output_manager.grammar_init(request)
+        return request
 
     def step(self) -> list[Event]:
         from vllm.v1.outputs import ModelRunnerOutput
@@ -161,7 +188,10 @@ class VllmSUT:
                 events += [Abort(rid), Finish(rid, "abort")]
                 self.outputs[rid].finish_reason = "abort"
         self.requesters = {}
+        self.compiler.run_due(self.steps)
+        self.compiling = {rid: due for rid, due in self.compiling.items() if due is None or due > self.steps}
         so = self.scheduler.schedule()
+        self.scheduler.get_grammar_bitmask(so)   # (as the engine core asks before the model runs; all allowed)
         self._name_pages()
         self.stored = self._stored_pages()
         for rid in sorted(so.preempted_req_ids or ()):
@@ -212,7 +242,8 @@ class VllmSUT:
         free_ids = tuple(b.block_id for b in s.kv_cache_manager.block_pool.free_block_queue.get_all_free_blocks())
         key = (tuple((rid, int(r.status), r.num_computed_tokens, len(r.output_token_ids))
                      for rid, r in sorted(s.requests.items())),
-               tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free_ids)
+               tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free_ids,
+               tuple((rid, None if due is None else due - self.steps) for rid, due in sorted(self.compiling.items())))
         return Observation(blocks_held=self.cfg.num_blocks - len(free_ids), kv_errors=self._kv_errors(free_ids),
                            outputs=self.outputs, unfinished=bool(self.pending) or s.has_unfinished_requests(),
                            state_key=key, block_tables=self._block_tables(), cached_pages=self._cached_pages(),

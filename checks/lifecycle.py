@@ -284,3 +284,28 @@ class CachedPages(Check):
                 self.broke(Violation("prefix-hits", f"the prefix cache holds page {len(page) // bs - 1} of tokens "
                                                     f"{list(page)} (positions 0..{len(page)}), which no request has "
                                                     f"computed", rule="cached-page"))
+
+
+class Grammars(Check):
+    """A structured-output request (`RequestSpec.grammar_ready`) gets no token
+    before its grammar is compiled (the step `ready_at` names; never, for one
+    never compiled), and, where the system lists block tables, holds no KV
+    block while its grammar is not ready: waiting for it, it would keep blocks
+    from requests that are ready (for ever, if it is never ready)."""
+
+    props = ("grammar",)
+
+    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
+        step = run.t - 1
+        for e in events:
+            if isinstance(e, Token):
+                ready = run.view.requests[e.rid].spec.ready_at()
+                if ready is None or step < ready:
+                    when = "never compiled" if ready is None else f"compiled at step {ready}"
+                    self.broke(Violation("grammar", f"{e.rid} got a token at step {step}; its grammar is {when}",
+                                         rule="token-before-ready"))
+        for rid, pages in obs.block_tables.items():
+            ready = run.view.requests[rid].spec.ready_at() if rid in run.view.requests else step
+            if pages and any(pages) and (ready is None or step < ready):
+                self.broke(Violation("grammar", f"{rid} holds KV blocks after step {step} while its grammar is "
+                                                "not compiled", rule="holds-blocks-unready"))

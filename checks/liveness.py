@@ -11,6 +11,7 @@ from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.needs import admission_blocks, lifetime_blocks, never_fits
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event, Finish, Preempt
+from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation
 from loopcheck.sut.view import FINISHED, PREEMPTED, WAITING
 
@@ -93,7 +94,10 @@ class PriorityWaiting(Check):
     request w, whose admission would fit in the blocks free at the start of the
     step (watermark included, no preemption needed for blocks), must not stay
     waiting for `within` steps in a row in which a request of strictly larger
-    priority value ran and no request more urgent than w did."""
+    priority value ran and no request more urgent than w did. A request whose
+    grammar is not compiled, or whose LoRA adapter is not among the max_loras
+    ones the requests that ran use, is not waiting for the scheduler's choice
+    and is passed over."""
 
     props = ("priority-inversion",)
 
@@ -112,8 +116,14 @@ class PriorityWaiting(Check):
         free = cfg.num_blocks - obs.blocks_held
         free_before, self.free_before = (self.free_before if self.free_before is not None else cfg.num_blocks), free
         before = view.before
-        waiting = [r for r in view.requests.values()
-                   if before.get(r.spec.rid) in (WAITING, PREEMPTED) and r.status in (WAITING, PREEMPTED)]
+        loras = {view.requests[x].spec.lora for x in view.worked} - {0}
+
+        def may_run(spec: RequestSpec) -> bool:   # by its grammar and its LoRA adapter
+            ready = spec.ready_at()
+            return (ready is not None and ready < run.t and (spec.lora in loras | {0} or len(loras) < cfg.max_loras))
+
+        waiting = [r for r in view.requests.values() if before.get(r.spec.rid) in (WAITING, PREEMPTED)
+                   and r.status in (WAITING, PREEMPTED) and may_run(r.spec)]
         if not waiting:
             self.streak = None
             return

@@ -16,10 +16,11 @@ NO_TABLES = "the system reports no block tables (capabilities.block_tables)"   #
 
 
 class Caps(Check):
-    """running <= max_num_seqs and batched tokens <= max_num_batched_tokens, every
-    step, as the events report them."""
+    """running <= max_num_seqs, batched tokens <= max_num_batched_tokens, and
+    the LoRA adapters of the requests that compute in a step (a prefill or a
+    token) <= max_loras, every step, as the events report them."""
 
-    props = ("seq-cap", "token-cap")
+    props = ("seq-cap", "token-cap", "lora-cap")
 
     def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         cfg = run.cfg
@@ -30,6 +31,10 @@ class Caps(Check):
         if tokens > cfg.max_num_batched_tokens:
             self.broke(Violation("token-cap", f"batch of {tokens} tokens > max_num_batched_tokens "
                                               f"{cfg.max_num_batched_tokens}"))
+        loras = sorted({run.view.requests[e.rid].spec.lora for e in events if e.kind in ("prefill", "token")} - {0})
+        if len(loras) > cfg.max_loras:
+            self.broke(Violation("lora-cap", f"the batch uses LoRA adapters {loras}, more than max_loras "
+                                             f"{cfg.max_loras}"))
 
 
 class KvConservation(Check):

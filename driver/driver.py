@@ -195,6 +195,10 @@ class Driver:
         spec = spec.submitted_at(self.t)
         if spec.rid in self.view.requests or spec.rid in self.refused:
             raise WorkloadError(f"request {spec.rid!r}: duplicate request id")
+        unknown = sorted(spec.features - set(self.caps.features))
+        if unknown:
+            raise WorkloadError(f"request {spec.rid!r}: uses {', '.join(unknown)}, which the system does not run "
+                                f"(its capabilities.features: {', '.join(self.caps.features) or 'none'})")
         refusal: list[str] = []
 
         def submit() -> None:
@@ -210,6 +214,9 @@ class Driver:
         self.specs.append(spec)
         self.view.submit(spec)
         self.last_input = self.t
+        ready = spec.ready_at()
+        if ready is not None and ready > self.t:   # its grammar compiled then: an input to come
+            self.inputs_until = max(self.inputs_until, ready)
         for c in list(self.checks):   # (a check may switch itself off: `_run_check`)
             self._run_check(c, lambda c=c: c.on_input(self, "add", spec.rid), self.t)
 
@@ -251,8 +258,20 @@ class Driver:
         return events
 
     def drained(self) -> bool:
-        """Every submitted request finished, by the events and by the SUT's own word."""
-        return not self.view.open and not self.obs.unfinished
+        """Every submitted request finished, by the events and by the SUT's own
+        word, but those that wait for an input that never comes (`never_ready`):
+        while one waits, the events alone say, and only after a step with no
+        event (the system left them waiting)."""
+        waiting = self.never_ready()
+        if not set(self.view.open) <= waiting:
+            return False
+        return not self.obs.unfinished if not waiting else bool(self.trace) and not self.trace[-1]
+
+    def never_ready(self) -> set[str]:
+        """The unfinished requests whose grammar is never compiled: they may wait
+        for ever without a system at fault (a client would time out and abort
+        them), so a run drains without them."""
+        return {rid for rid in self.view.open if self.specs[self._index[rid]].ready_at() is None}
 
     def default_cap(self) -> int:
         """A work-based step cap: the last input, then four steps per unit of work."""

@@ -14,7 +14,10 @@ A scope declares
   (`stops`: None, no stop token; k, the request stops at its token k, resolved to
   the token the system gives there when the request runs alone; `"never"`, a
   stop token the request is never given, so it runs to max_tokens watched for
-  one);
+  one), a LoRA adapter (`loras`: 0 for the base model) and a structured-output
+  choice (`grammars`: None, none; k, its grammar is compiled k steps after it
+  arrives; `"never"`, never compiled); shapes using a deployment feature the
+  system does not claim (`Capabilities.features`) are left out;
 - the inputs: before each of the first `horizon` steps, up to `arrivals_per_step`
   new requests (of any shapes, in any order, `max_requests` in all) and, with
   `aborts`, an abort of at most one submitted request that has not finished;
@@ -54,6 +57,8 @@ class Scope:
     max_tokens: tuple[int | str, ...]   # numbers, or MOST
     priorities: tuple[int, ...] = (0,)
     stops: tuple[int | str | None, ...] = (None,)   # None, an index k, or NEVER
+    loras: tuple[int, ...] = (0,)                    # LoRA adapter ids (0: the base model)
+    grammars: tuple[int | str | None, ...] = (None,)  # None (no structured output), k steps to compile, or NEVER
     max_requests: int = 2
     arrivals_per_step: int = 1
     aborts: bool = False
@@ -78,7 +83,7 @@ class Scope:
         data = asdict(self)
         data["configs"] = {name: list(values) for name, values in self.configs}
         data["prompts"] = [list(p) for p in self.prompts]
-        for name in ("max_tokens", "priorities", "stops"):
+        for name in ("max_tokens", "priorities", "stops", "loras", "grammars"):
             data[name] = list(data[name])
         return {"schema": SCHEMA, **data}
 
@@ -135,6 +140,8 @@ def scope_from_json(data: Any, name: str) -> Scope:
         max_tokens=_ints("scope.max_tokens", data["max_tokens"], 0, 64, word=MOST),
         priorities=_ints("scope.priorities", data.get("priorities", [0]), -1000, 1000),
         stops=_ints("scope.stops", data.get("stops", [None]), 0, 63, none=True, word=NEVER),
+        loras=_ints("scope.loras", data.get("loras", [0]), 0, 64),
+        grammars=_ints("scope.grammars", data.get("grammars", [None]), 0, 32, none=True, word=NEVER),
         aborts=_bool("scope.aborts", data.get("aborts", False)),
         **{key: _int(f"scope.{key}", data.get(key, getattr(Scope, key)), *bounds)
            for key, bounds in _INT_FIELDS.items()})
@@ -149,7 +156,8 @@ MAX_BLOCKS = 4096   # (only to validate one field at a time against a config tha
 
 def shapes_upper_bound(scope: Scope) -> list[tuple]:
     """The request shapes before stop choices are resolved on a system."""
-    return list(itertools.product(scope.prompts, scope.max_tokens, scope.priorities, scope.stops))
+    return list(itertools.product(scope.prompts, scope.max_tokens, scope.priorities, scope.stops, scope.loras,
+                                  scope.grammars))
 
 
 def _int(where: str, value: Any, low: int, high: int) -> int:

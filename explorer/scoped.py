@@ -37,10 +37,11 @@ from loopcheck.checks.needs import never_fits
 from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.coverage import EdgeCoverage
 from loopcheck.driver.driver import Driver, RunEnded, run_workload
-from loopcheck.explorer.scope import MOST, NEVER, Scope
+from loopcheck.explorer.scope import MOST, NEVER, Scope, shapes_upper_bound
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event
+from loopcheck.model.workload import NEVER as GRAMMAR_NEVER
 from loopcheck.model.workload import RequestSpec, Workload
 from loopcheck.runctl.stop import StopRequest
 from loopcheck.sut.canonical import canonical, digest
@@ -62,9 +63,12 @@ class Shape:
     max_tokens: int
     priority: int
     stop_token: int | None
+    lora: int = 0
+    grammar_ready: int | None = None
 
     def spec(self, rid: str) -> RequestSpec:
-        return RequestSpec(rid, self.prompt, self.max_tokens, priority=self.priority, stop_token=self.stop_token)
+        return RequestSpec(rid, self.prompt, self.max_tokens, priority=self.priority, stop_token=self.stop_token,
+                           lora=self.lora, grammar_ready=self.grammar_ready)
 
 
 @dataclass(frozen=True)
@@ -127,15 +131,18 @@ def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabil
     earlier, was never given, or is outside the vocabulary), NEVER the smallest
     token of the vocabulary it is not given when it runs alone (dropped where the
     run alone does not finish); shapes the system
-    refuses (`Capabilities.refuses`) left out; each distinct shape once."""
+    refuses (`Capabilities.refuses`), and those using a deployment feature it
+    does not claim (`Capabilities.features`), left out; each distinct shape once."""
     out: list[Shape] = []
     probed: dict[tuple[tuple[int, ...], int], list[int]] = {}
     cap = scope.max_steps // (2 * scope.max_requests)   # (so that every workload can drain within max_steps)
     most = {p: most_tokens(factory, cfg, p, cap) for p in scope.prompts} if MOST in scope.max_tokens else {}
-    for prompt, choice, priority, stop in itertools.product(scope.prompts, scope.max_tokens, scope.priorities,
-                                                            scope.stops):
+    for prompt, choice, priority, stop, lora, grammar in shapes_upper_bound(scope):
         max_tokens = most[prompt] if choice == MOST else choice
         if max_tokens is None:
+            continue
+        ready = None if grammar is None else GRAMMAR_NEVER if grammar == NEVER else grammar
+        if not RequestSpec("r", prompt, 1, lora=lora, grammar_ready=ready).features <= set(caps.features):
             continue
         if (max_tokens == 0 and "prompt_only" in caps.refuses) or (stop is not None and "stop_tokens" in caps.refuses):
             continue
@@ -149,7 +156,7 @@ def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabil
             token = stop_token(stop, probed[key], cfg.vocab_size)
             if token is None:
                 continue
-        shape = Shape(prompt, max_tokens, priority, token)
+        shape = Shape(prompt, max_tokens, priority, token, lora, ready)
         if shape not in out:
             out.append(shape)
     return tuple(out)

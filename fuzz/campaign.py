@@ -175,7 +175,7 @@ def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None =
     stats.deadline, stats.max_examples = start + budget_seconds, run.max_examples
     if progress:   # a line about every 2 s from the start (`Stats.clock`)
         stats.ticker = lambda: progress(progress_line(time.monotonic() - start, stats))
-    shape_run = run.shape.without(*caps.refuses, *(() if caps.abort else ("aborts",)))   # nothing it cannot take
+    shape_run = run.shape.for_system(caps)   # nothing it cannot take
     guides = run.guidance or default_guidance(caps.semantics)
     director = Director(directed_configs(mode, policy, pinned), sizes["max_prompt"],
                         derived_seed(seed_value, "directed"), shape_run) if guides in ("model", "both") else None

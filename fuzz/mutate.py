@@ -25,7 +25,7 @@ from loopcheck.fuzz.strategies import OFF, ON, VOCAB, Shape
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event, Preempt, Prefill
 from loopcheck.model.reference import never_fits, total_pages
-from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.model.workload import NEVER, RequestSpec, Workload
 
 MAX_REQUESTS = 12
 MAX_PROMPT = 48
@@ -55,6 +55,10 @@ class Limits:
         if s.priorities != ON and len({r.priority for r in w.requests}) > 1:
             return False
         if s.prompt_only == OFF and any(r.max_tokens == 0 for r in w.requests):
+            return False
+        if s.lora == OFF and any(r.lora for r in w.requests):
+            return False
+        if s.grammar == OFF and any(r.grammar_ready is not None for r in w.requests):
             return False
         return all(max(r.prompt) < cfg.vocab_size and 0 < len(r.prompt) <= MAX_PROMPT
                    and (r.stop_token is None or 0 <= r.stop_token < cfg.vocab_size) for r in w.requests)
@@ -211,6 +215,22 @@ def repage(w: Workload, rng: random.Random) -> Workload | None:
     return repaged and _config(repaged, num_blocks=fitting_pool(repaged, blocks, before=w))
 
 
+def switch_lora(w: Workload, rng: random.Random) -> Workload | None:
+    """A request's LoRA adapter changed (0 to 3; 0 is the base model), or
+    max_loras switched between 1 and 2."""
+    if rng.random() < 0.25:
+        return _config(w, max_loras=3 - w.config.max_loras if w.config.max_loras <= 2 else 1)
+    i, r = _pick(w, rng)
+    return with_request(w, i, replace(r, lora=rng.randint(0, 3)))
+
+
+def switch_grammar(w: Workload, rng: random.Random) -> Workload | None:
+    """A request's structured output changed: none, a grammar compiled 0 to 4
+    steps after it arrives, or one never compiled."""
+    i, r = _pick(w, rng)
+    return with_request(w, i, replace(r, grammar_ready=rng.choice((None, NEVER, 0, 1, 2, 4))))
+
+
 def flip_switch(w: Workload, rng: random.Random) -> Workload | None:
     field = rng.choice(("prefix_caching", "priority_preemption"))
     return _config(w, **{field: not getattr(w.config, field)})
@@ -228,6 +248,10 @@ def mutations(limits: Limits) -> tuple[Mutation, ...]:
         extra.append(swap_priorities)
     if limits.shape.aborts == ON and limits.can_abort:
         extra.append(place_abort)
+    if limits.shape.lora == ON:
+        extra.append(switch_lora)
+    if limits.shape.grammar == ON:
+        extra.append(switch_grammar)
     return REQUEST_MUTATIONS + tuple(extra) + CONFIG_MUTATIONS
 
 

@@ -63,7 +63,7 @@ def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] 
     checks = CheckSet(mode, frozenset(ignore))
     sizes = {**request_sizes(caps.pinned.get("block_size")), **kw}   # (scaled to a pinned page)
     machine = machine_class(strategy, MachineSettings(factory, checks, out, f"pytest loopcheck_machine ({mode})",
-                                                      DEFAULT_SHAPE.without(*caps.refuses), **sizes), stats)
+                                                      DEFAULT_SHAPE.for_system(caps), **sizes), stats)
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
     try:
         with no_local_constants():

@@ -78,6 +78,12 @@ def candidates(w: Workload, lives: dict[str, int]) -> Iterator[Workload]:
             yield with_request(w, i, replace(r, max_tokens=fewer))
         if r.arrival > 0:
             yield with_request(w, i, shifted(r, -1))
+        if r.lora:
+            yield with_request(w, i, replace(r, lora=0))
+        if r.grammar_ready is not None:
+            yield with_request(w, i, replace(r, grammar_ready=None))
+        if r.grammar_ready not in (None, 0):
+            yield with_request(w, i, replace(r, grammar_ready=0))
 
 
 @dataclass

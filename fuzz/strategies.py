@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.model.workload import FEATURES, NEVER, RequestSpec, Workload
+from loopcheck.sut.protocol import Capabilities
 
 VOCAB = 64
 ON, OFF = "on", "off"
@@ -30,7 +31,12 @@ class Shape:
     oversized: requests larger than the pool (on/off);
     prefixes: prompts that share prefixes, or nearly (on/off);
     prompt_only: requests with max_tokens 0, whose prompt is computed and which
-      generate no token (on/off).
+      generate no token (on/off);
+    lora: requests served with LoRA adapters 1..3 beside base-model ones, and
+      max_loras 1 or 2 (on/off; drawn only for a system whose capabilities
+      claim the feature, as is each deployment feature);
+    grammar: structured-output requests whose grammar is compiled 0 to 4 steps
+      after they arrive, or never (on/off).
     """
 
     priorities: str | int = ON
@@ -39,6 +45,8 @@ class Shape:
     oversized: str = ON
     prefixes: str = ON
     prompt_only: str = ON
+    lora: str = ON
+    grammar: str = ON
 
     @classmethod
     def parse(cls, text: str) -> Shape:
@@ -78,6 +86,13 @@ class Shape:
             raise WorkloadError(f"unknown workload feature {unknown[0]!r}: expected one of "
                                 f"{', '.join(self.__dataclass_fields__)}")
         return replace(self, **{name: OFF for name in features})
+
+    def for_system(self, caps: Capabilities) -> Shape:
+        """This shape with what the system cannot take off: the features its API
+        refuses, aborts where it takes none, and the deployment features
+        (`FEATURES`) it does not claim."""
+        missing = [name for name in FEATURES if name not in caps.features]
+        return self.without(*caps.refuses, *(() if caps.abort else ("aborts",)), *missing)
 
     def __str__(self) -> str:
         return ",".join(f"{k}={getattr(self, k)}" for k in self.__dataclass_fields__)
@@ -140,6 +155,7 @@ def configs(draw: st.DrawFn, **fixed: Any) -> Config:
         max_bypasses=pick("max_bypasses", st.integers(0, 4)),
         watermark_blocks=pick("watermark_blocks", st.integers(0, max(0, num_blocks // 4))),
         resume_watermark=pick("resume_watermark", st.booleans()),
+        max_loras=pick("max_loras", st.integers(1, 2)),
     )
     return Config(**{**values, **fixed})
 
@@ -183,7 +199,9 @@ def request_bodies(draw: st.DrawFn, prefixes: tuple[tuple[int, ...], ...] = (), 
         tokens = min(tokens, max(1, pool_positions + 1 - len(prompt)))
     return dict(prompt=prompt, max_tokens=tokens,
                 priority=draw(_feature(shape.priorities, st.integers(0, 3), 0)),
-                stop_token=draw(_feature(shape.stop_tokens, st.none() | st.integers(0, 4), None)))
+                stop_token=draw(_feature(shape.stop_tokens, st.none() | st.integers(0, 4), None)),
+                lora=draw(_feature(shape.lora, st.integers(0, 3), 0)),
+                grammar_ready=draw(_feature(shape.grammar, st.none() | st.integers(NEVER, 4), None)))
 
 
 @st.composite

@@ -70,6 +70,9 @@ def render(workload: Workload, rep: Replay) -> str:
     if rep.refused:
         lines.append("refused by the system (left out of the run): "
                      + "; ".join(f"{rid} ({why})" for rid, why in rep.refused.items()))
+    if rep.never_ready:
+        lines.append("left waiting for a grammar that is never compiled (not a stall of the others): "
+                     + ", ".join(rep.never_ready))
     if rep.skipped:
         lines.append("checks not run: " + "; ".join(f"{k} ({why})" for k, why in rep.skipped.items()))
     if rep.differs is not None:

@@ -32,6 +32,7 @@ class Replay:
     ended_by_ignored: bool = False      # the run ignores `ended_by` itself (else it came after an ignored one)
     semantics: str | None = None   # the system's capabilities.semantics (None: not loopcheck's, no policy)
     refused: dict[str, str] = field(default_factory=dict)   # requests the system refused at `add` -> why
+    never_ready: list[str] = field(default_factory=list)   # requests left waiting for a grammar never compiled
     cached: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)   # the prefix cache's pages per step
     runs: int = 1                 # the runs made
     differs: int | None = None    # the first step at which a later run differed from the first (None: none did)
@@ -69,6 +70,7 @@ def replay(workload: Workload, factory: SutFactory, checks: CheckSet, max_steps:
     rep.ended_by = run.driver.ended_by
     rep.ended_by_ignored = rep.ended_by is not None and matches(rep.ended_by, run.driver.ignore)
     rep.refused = dict(run.driver.refused)
+    rep.never_ready = sorted(run.driver.never_ready())
     sut = getattr(run.driver, "sut", None)   # (none when building it crashed)
     rep.semantics = sut.capabilities.semantics if sut is not None else None
     return rep

@@ -30,6 +30,9 @@ class Config:
 
     `vocab_size` and `model_seed` only describe the engine's tiny LM; the
     reference scheduler ignores them except to validate prompt token IDs.
+    `max_loras`: the most LoRA adapters one step's batch may use, for engines
+    that serve LoRA adapters (the "lora" feature, `model.workload.FEATURES`); the
+    reference scheduler serves none.
     """
 
     num_blocks: int = 40
@@ -53,10 +56,11 @@ class Config:
     resume_watermark: bool = True
     vocab_size: int = 64
     model_seed: int = 0
+    max_loras: int = 1
 
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
-                     "prefill_chunk_size", "num_loops", "min_loops", "vocab_size"):
+                     "prefill_chunk_size", "num_loops", "min_loops", "vocab_size", "max_loras"):
             _check_int(name, getattr(self, name), 1)
         for name in ("watermark_blocks", "max_bypasses", "model_seed"):
             _check_int(name, getattr(self, name), 0)

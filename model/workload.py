@@ -25,6 +25,11 @@ class RequestSpec:
     `abort_at` aborts the request at the start of that step. `script_tokens` and
     `script_exit_depths` only drive the reference model's environment (the
     engine's LM decides for itself); both are cycled when shorter than needed.
+    The deployment features (`features`; a system runs only those its
+    capabilities claim): `lora`, the LoRA adapter it is served with (0: the
+    base model); `grammar_ready`, for a request with structured output, the
+    steps after its arrival at which its grammar is compiled and it may be
+    scheduled (NEVER: the grammar is never ready; None: no structured output).
     """
 
     rid: str
@@ -36,6 +41,21 @@ class RequestSpec:
     abort_at: int | None = None
     script_tokens: tuple[int, ...] = ()
     script_exit_depths: tuple[int, ...] = ()
+    lora: int = 0
+    grammar_ready: int | None = None
+
+    @property
+    def features(self) -> frozenset[str]:
+        """The deployment features this request uses (names of `FEATURES`)."""
+        return frozenset(name for name, used in (("lora", self.lora != 0), ("grammar", self.grammar_ready is not None))
+                         if used)
+
+    def ready_at(self) -> int | None:
+        """The step from which it may be scheduled, by its own inputs (its
+        grammar compiled); None: never."""
+        if self.grammar_ready == NEVER:
+            return None
+        return self.arrival + (self.grammar_ready or 0)
 
     def submitted_at(self, step: int) -> RequestSpec:
         """This request as submitted to a live system at `step`: it arrives then, and
@@ -60,11 +80,17 @@ class RequestSpec:
             out["script_tokens"] = list(self.script_tokens)
         if self.script_exit_depths:
             out["script_exit_depths"] = list(self.script_exit_depths)
+        if self.lora:
+            out["lora"] = self.lora
+        if self.grammar_ready is not None:
+            out["grammar_ready"] = self.grammar_ready
         return out
 
 
 _REQUEST_KEYS = {"id", "prompt", "max_tokens", "arrival", "priority", "stop_token",
-                 "abort_at", "script_tokens", "script_exit_depths"}
+                 "abort_at", "script_tokens", "script_exit_depths", "lora", "grammar_ready"}
+FEATURES = ("lora", "grammar")   # the deployment features a request may use (`RequestSpec.features`)
+NEVER = -1                       # `grammar_ready`: the grammar is never compiled
 
 
 MAX_STEP = 10**6        # arrival and abort steps: beyond, every run would be that long
@@ -135,6 +161,9 @@ def request_from_json(data: Any, index: int, config: Config) -> RequestSpec:
         script_exit_depths=_int_list(f"{where}.script_exit_depths",
                                      data.get("script_exit_depths", []),
                                      config.min_loops, config.num_loops),
+        lora=_int(f"{where}.lora", data.get("lora", 0), 0),
+        grammar_ready=None if data.get("grammar_ready") is None
+        else _int(f"{where}.grammar_ready", data["grammar_ready"], NEVER, MAX_STEP),
     )
 
 

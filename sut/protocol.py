@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from loopcheck.model.config import Config
 from loopcheck.model.events import BY_KIND, FINISH_REASONS, KINDS, Event, Finish, RequestOutput
-from loopcheck.model.workload import RequestSpec
+from loopcheck.model.workload import FEATURES, RequestSpec
 
 
 class ProtocolError(Exception):
@@ -112,6 +112,11 @@ class Capabilities:
       fields only looped models have are pinned to what a plain engine runs
       (PLAIN_ENGINE: one loop, one KV plane, no WCPB chunks, no CPU snapshots),
       so its adapter never mentions them.
+    features: the deployment features the system runs (`FEATURES`: "lora",
+      requests served with LoRA adapters, at most `Config.max_loras` a step;
+      "grammar", structured-output requests that wait for their grammar). Only
+      these are drawn for it, and a workload using another is refused. Without
+      "lora", `max_loras` is pinned to 1.
     """
 
     kv: bool = False
@@ -128,10 +133,13 @@ class Capabilities:
     cached_pages: bool = False
     victim_order: VictimOrder | None = None
     looped: bool = False
+    features: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.looped and isinstance(self.pinned, dict):
-            object.__setattr__(self, "pinned", {**PLAIN_ENGINE, **self.pinned})
+        if isinstance(self.pinned, dict):
+            plain = {} if self.looped else PLAIN_ENGINE
+            no_lora = {} if "lora" in self.features else {"max_loras": 1}
+            object.__setattr__(self, "pinned", {**plain, **no_lora, **self.pinned})
 
 
 @dataclass
@@ -256,6 +264,8 @@ def check_sut(sut: object) -> SystemUnderTest:
     if not CONFIG_FIELDS.issuperset(caps.pinned):
         raise ProtocolError("capabilities.pinned maps config fields to values",
                             f"not config fields: {sorted(set(caps.pinned) - CONFIG_FIELDS)}")
+    if not (isinstance(caps.features, tuple) and set(caps.features) <= set(FEATURES)):
+        raise ProtocolError(f"capabilities.features is a tuple of {', '.join(FEATURES)}", f"got {caps.features!r}")
     looped_only = {name: caps.pinned[name] for name, plain in PLAIN_ENGINE.items()
                    if caps.pinned.get(name, plain) != plain}
     if not caps.looped and looped_only:

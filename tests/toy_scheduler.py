@@ -46,7 +46,7 @@ BUGS = ("leak", "no-reject", "slot-cap", "budget", "crash-on-abort", "no-priorit
         "overshoot", "ignore-stop", "self-preempt", "spin", "skip-position", "chunk-overrun", "lost-abort",
         "unreported-stop", "short-alloc", "early-token", "stale-resume", "page-key",
         "keep-on-preempt", "phantom-restore", "urgent-victim", "stale-key", "split-chunk", "prompt-only-early",
-        *(f"misplaced-{kind}" for kind in MISPLACED))
+        "grammar-early", "grammar-stuck", "grammar-starves", "lora-over", *(f"misplaced-{kind}" for kind in MISPLACED))
 
 
 @dataclass
@@ -114,12 +114,18 @@ class Pool:
 
 class ToyScheduler:
     """`bugs`: names from BUGS, switched on. `block_tables`: whether it reports
-    its block tables (without them, only the count of blocks held shows KV)."""
+    its block tables (without them, only the count of blocks held shows KV).
+    `features`: the deployment features it claims (none by default): with
+    "grammar", a request is admitted only once its grammar is compiled; with
+    "lora", a step's batch takes requests of at most max_loras adapters."""
 
-    def __init__(self, cfg: Config, bugs: frozenset[str] = frozenset(), block_tables: bool = True) -> None:
+    def __init__(self, cfg: Config, bugs: frozenset[str] = frozenset(), block_tables: bool = True,
+                 features: tuple[str, ...] = ()) -> None:
         self.cfg, self.bugs = cfg, bugs
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
-                                         pinned=PINNED, block_tables=block_tables, code=(__name__,))
+                                         pinned=PINNED, block_tables=block_tables, code=(__name__,),
+                                         features=features)
+        self.t = 0   # steps run
         self.pool = Pool(cfg.num_blocks, "stale-key" in bugs)
         self.pending: list[RequestSpec] = []
         self.aborting: list[str] = []
@@ -202,18 +208,20 @@ class ToyScheduler:
         self.aborting = []
         priority = cfg.priority_preemption and "no-priority" not in self.bugs
         self.waiting.sort(key=lambda r: r.spec.key if priority else (not r.preempted, r.spec.arrival, r.spec.rid))
-        while priority and self.waiting and len(self.running) >= cfg.max_num_seqs:
+        # the most urgent waiting request that may join (grammar-starves: or any, its grammar compiled or not)
+        head = next((w for w in self.waiting if "grammar-starves" in self.bugs or self._may_join(w)), None) \
+            if priority else None
+        while head is not None and len(self.running) >= cfg.max_num_seqs:
             victim = max(self.running, key=lambda v: v.spec.key)   # slots are short: the least urgent goes
-            if victim.spec.priority <= self.waiting[0].spec.priority:
+            if victim.spec.priority <= head.spec.priority:
                 break
             self.running.remove(victim)
-            self._preempt(victim, self.waiting[0], events)
+            self._preempt(victim, head, events)
         budget, batch = cfg.max_num_batched_tokens, []
-        head = self.waiting[0] if priority and self.waiting else None   # the most urgent waiting request
         for r in list(self.running):
             if r not in self.running:
                 continue
-            if head is not None and r.spec.key > head.spec.key and \
+            if head is not None and r.spec.key > head.spec.key and len(self.running) < cfg.max_num_seqs and \
                     self._need(head, len(head.spec.prompt)) <= self.pool.free:
                 continue   # the token budget goes to the more urgent waiting request first
             left = len(r.spec.prompt) - r.computed if "chunk-overrun" not in self.bugs else cfg.prefill_chunk_size
@@ -249,6 +257,8 @@ class ToyScheduler:
         for r in list(self.waiting):
             if budget <= 0 or (len(self.running) >= cfg.max_num_seqs and "slot-cap" not in self.bugs):
                 break
+            if not self._may_join(r):
+                continue
             keys = self._hits(r)
             hits = len(keys)
             start = max(r.computed, hits * cfg.block_size)
@@ -293,7 +303,25 @@ class ToyScheduler:
                     self._finish(r, "stop", events)
                 elif len(r.tokens) >= r.spec.max_tokens + ("overshoot" in self.bugs):
                     self._finish(r, "length", events)
+        self.t += 1
         return events + self._misplaced()
+
+    def _ready(self, r: Req) -> bool:
+        """Whether its grammar is compiled (grammar-early: whatever its grammar;
+        grammar-stuck: only if it was at its arrival)."""
+        ready = r.spec.ready_at()
+        if "grammar-stuck" in self.bugs and ready is not None and ready > r.spec.arrival:
+            ready = None
+        return "grammar-early" in self.bugs or (ready is not None and ready <= self.t)
+
+    def _may_join(self, r: Req) -> bool:
+        """Whether a waiting request may be admitted: it is `_ready` and its LoRA
+        adapter is one of the running requests' or one more fits max_loras
+        (lora-over: always), so that no batch of running requests passes it."""
+        if not self._ready(r):
+            return False
+        loras = {x.spec.lora for x in self.running} - {0}
+        return "lora-over" in self.bugs or r.spec.lora in loras | {0} or len(loras) < self.cfg.max_loras
 
     def _misplaced(self) -> list[Event]:
         """The misplaced events of the "misplaced-KIND" bugs switched on: each once,
@@ -319,7 +347,9 @@ class ToyScheduler:
                    for rid, r in self.reqs.items()}
         key = (tuple((rid, r.computed, tuple(r.table), len(r.tokens), r.done) for rid, r in self.reqs.items()),
                tuple(r.spec.rid for r in self.waiting), tuple(r.spec.rid for r in self.running),
-               tuple(self.pool.queue), tuple(self.pool.evictable), tuple(sorted(self.pool.cached.items())))
+               tuple(self.pool.queue), tuple(self.pool.evictable), tuple(sorted(self.pool.cached.items())),
+               tuple((rid, ready - self.t) for rid, r in self.reqs.items()   # grammars still compiling
+                     if r.done is None and (ready := r.spec.ready_at()) is not None and ready > self.t))
         return Observation(blocks_held=self.cfg.num_blocks - self.pool.free, kv_errors=errors, outputs=outputs,
                            unfinished=bool(self.pending) or any(r.done is None for r in self.reqs.values()),
                            state_key=key, block_tables={rid: [[b] for b in r.table] for rid, r in self.reqs.items()
@@ -329,6 +359,11 @@ class ToyScheduler:
 def leaky(cfg: Config) -> ToyScheduler:
     """The toy with its finished requests' blocks never freed."""
     return ToyScheduler(cfg, frozenset({"leak"}))
+
+
+def toy_with_features(*bugs: str) -> Callable[[Config], ToyScheduler]:
+    """The toy claiming the "lora" and "grammar" features, with `bugs` on."""
+    return partial(ToyScheduler, bugs=frozenset(bugs), features=("lora", "grammar"))
 
 
 def toy(*bugs: str) -> Callable[[Config], ToyScheduler]:

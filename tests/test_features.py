@@ -1,0 +1,93 @@
+"""Deployment features in the workload vocabulary (model/workload.py `FEATURES`):
+LoRA adapters and structured-output grammars, drawn only for a system that
+claims them, refused for one that does not, and judged by their rules
+(`lora-cap`, `grammar.*`): the toy scheduler claiming them passes clean, and
+each bug planted in its feature paths is found."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loopcheck.checks.suite import CheckSet
+from loopcheck.cli import main
+from loopcheck.driver.driver import run_workload
+from loopcheck.fuzz.campaign import run_campaign
+from loopcheck.fuzz.settings import CampaignSettings
+from loopcheck.fuzz.strategies import Shape
+from loopcheck.model.config import Config
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.workload import NEVER, RequestSpec, Workload, load_workload, workload_from_json
+from loopcheck.sut.protocol import Capabilities
+from tests.toy_scheduler import PINNED, toy, toy_with_features
+
+TOY = str(Path(__file__).parent / "toy_scheduler.py")
+CFG = Config(**{**Config().to_json(), **PINNED, "num_blocks": 12, "max_num_seqs": 3, "max_num_batched_tokens": 8})
+
+
+def test_feature_fields_round_trip_and_are_validated() -> None:
+    spec = RequestSpec("a", (1, 2), 2, lora=3, grammar_ready=NEVER)
+    data = {"schema": "loopcheck/workload@1", "config": CFG.to_json(), "requests": [spec.to_json()]}
+    assert workload_from_json(json.loads(json.dumps(data))).requests == (spec,)
+    assert spec.features == {"lora", "grammar"} and spec.ready_at() is None
+    assert RequestSpec("b", (1,), 1, arrival=2, grammar_ready=3).ready_at() == 5
+    for field, value in (("lora", -1), ("grammar_ready", -2)):
+        bad = {**data, "requests": [{**spec.to_json(), field: value}]}
+        with pytest.raises(WorkloadError, match=rf"requests\[0\]\.{field}: must be >="):
+            workload_from_json(bad)
+
+
+def test_features_are_drawn_only_for_a_system_that_claims_them() -> None:
+    assert str(Shape().for_system(Capabilities())).endswith("lora=off,grammar=off")
+    assert str(Shape().for_system(Capabilities(features=("lora", "grammar")))).endswith("lora=on,grammar=on")
+    assert Capabilities().pinned["max_loras"] == 1 and "max_loras" not in Capabilities(features=("lora",)).pinned
+
+
+def test_a_system_without_the_feature_refuses_the_workload(tmp_path, capsys) -> None:
+    w = Workload(CFG, (RequestSpec("a", (1, 2), 2, lora=1),))
+    with pytest.raises(WorkloadError, match="request 'a': uses lora, which the system does not run"):
+        run_workload(w, toy(), CheckSet("property").build())
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"schema": "loopcheck/workload@1", "config": CFG.to_json(),
+                                "requests": [r.to_json() for r in w.requests]}))
+    assert main(["replay", str(path), "--adapter", f"{TOY}:ToyScheduler"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "uses lora, which the system does not run" in err[0]
+
+
+def test_a_never_ready_request_waits_without_stalling_the_others(capsys) -> None:
+    w = Workload(CFG, (RequestSpec("a", (1, 2, 3), 2), RequestSpec("b", (4, 5), 2, grammar_ready=NEVER),
+                       RequestSpec("c", (6, 7), 2, grammar_ready=2)))
+    run = run_workload(w, toy_with_features(), CheckSet("property").build())
+    assert run.violation is None and run.drained and run.driver.never_ready() == {"b"}
+    assert run.observation.outputs["c"].finish_reason == "length"
+
+
+@pytest.mark.parametrize(("bug", "signature", "requests"), [
+    ("grammar-early", "grammar.token-before-ready", (RequestSpec("a", (3, 4), 2, grammar_ready=3),)),
+    ("lora-over", "lora-cap", (RequestSpec("a", (1, 2), 2, lora=1), RequestSpec("b", (3, 4), 2, lora=2)))])
+def test_a_planted_feature_bug_breaks_its_rule(bug, signature, requests) -> None:
+    w = Workload(CFG, requests)
+    assert run_workload(w, toy_with_features(), CheckSet("property").build()).violation is None
+    assert run_workload(w, toy_with_features(bug), CheckSet("property").build()).violation.signature == signature
+
+
+def test_a_ready_request_never_scheduled_is_a_stall() -> None:
+    w = Workload(CFG, (RequestSpec("a", (1, 2), 2, grammar_ready=1),))
+    violation = run_workload(w, toy_with_features("grammar-stuck"), CheckSet("property").build()).violation
+    assert violation is not None and violation.prop in ("stall", "livelock", "liveness")
+
+
+@pytest.mark.parametrize("bug", ["grammar-early", "grammar-stuck", "grammar-starves", "lora-over"])
+def test_fuzz_finds_each_planted_feature_bug_and_the_clean_toy_passes(tmp_path, bug) -> None:
+    checks = CheckSet("property")
+    found = run_campaign(CampaignSettings("guarded", 300, 1, tmp_path / bug, "random", factory=toy_with_features(bug),
+                                          checks=checks, max_examples=400)).findings
+    assert found, f"{bug}: not found in 400 examples"
+    clean = run_campaign(CampaignSettings("guarded", 300, 1, tmp_path / "clean", "random", factory=toy_with_features(),
+                                          checks=checks, max_examples=200))
+    assert not clean.findings, clean.findings[0].violation
+    replayed = run_workload(load_workload(found[0].counterexample), toy_with_features(bug), checks.build())
+    assert replayed.violation is not None and replayed.violation.signature == found[0].violation.signature
