@@ -172,6 +172,17 @@ VLLM_MUTANTS = [
                                "num_full_blocks = cdiv(min(num_tokens, num_hashed_tokens), self.block_size)"),)),
     ("abort leaves waiting requests queued", ((SCHED_V, "                waiting_requests_to_remove.append(request)",
                                                "                pass"),)),
+    # the deployment features' paths (LoRA, structured output)
+    ("max_loras skip off by one", ((SCHED_V, "len(scheduled_loras) == self.lora_config.max_loras",
+                                    "len(scheduled_loras) > self.lora_config.max_loras"),)),
+    ("an admitted request's LoRA is not counted", ((SCHED_V, "                    scheduled_loras.add("
+                                                    "request.lora_request.lora_int_id)", "                    pass"),)),
+    ("a request still compiling its grammar is scheduled",
+     ((SCHED_V, "            if not struct_output_req or struct_output_req.grammar is None:\n"
+                "                return False",
+       "            if not struct_output_req:\n                return False"),)),
+    ("skipped requests are not put back",
+     ((SCHED_V, "                self.waiting.prepend_requests(step_skipped_waiting)", "                pass"),)),
 ]
 
 LMDEPLOY_PAGING = "lmdeploy.pytorch.paging."

@@ -13,7 +13,7 @@ from loopcheck.model.config import Config
 from loopcheck.model.events import Event, Finish, Preempt
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation
-from loopcheck.sut.view import FINISHED, PREEMPTED, WAITING
+from loopcheck.sut.view import FINISHED, PREEMPTED, RUNNING, WAITING
 
 
 class Progress(Check):
@@ -96,8 +96,9 @@ class PriorityWaiting(Check):
     waiting for `within` steps in a row in which a request of strictly larger
     priority value ran and no request more urgent than w did. A request whose
     grammar is not compiled, or whose LoRA adapter is not among the max_loras
-    ones the requests that ran use, is not waiting for the scheduler's choice
-    and is passed over."""
+    ones the running requests use (those running as the step starts, and
+    those that ran in it), is not waiting for the scheduler's choice and is
+    passed over."""
 
     props = ("priority-inversion",)
 
@@ -116,7 +117,8 @@ class PriorityWaiting(Check):
         free = cfg.num_blocks - obs.blocks_held
         free_before, self.free_before = (self.free_before if self.free_before is not None else cfg.num_blocks), free
         before = view.before
-        loras = {view.requests[x].spec.lora for x in view.worked} - {0}
+        running = set(view.worked) | {rid for rid, status in before.items() if status == RUNNING}
+        loras = {view.requests[x].spec.lora for x in running} - {0}
 
         def may_run(spec: RequestSpec) -> bool:   # by its grammar and its LoRA adapter
             ready = spec.ready_at()

@@ -10,6 +10,7 @@ from collections.abc import Callable, Hashable
 from loopcheck.checks.base import Check, RunView
 from loopcheck.checks.liveness import NeverFitRejected, Progress
 from loopcheck.checks.lockstep import Lockstep, ModelBounds
+from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.canonical import canonical
 
 
@@ -52,10 +53,18 @@ def check_memory(check: Check, run: RunView) -> Hashable:
 def asked(run: RunView) -> Hashable:
     """What was asked of each unfinished request that later judgements read: its
     prompt, max_tokens and stop token, its priority where the system claims
-    priority scheduling (else no check reads it), and whether it was aborted."""
+    priority scheduling (else no check reads it), whether it was aborted, its
+    LoRA adapter, and the steps left until its grammar is compiled (0: ready or
+    none; None: never)."""
     caps = run.caps
+
+    def grammar_left(s: RequestSpec) -> int | None:
+        ready = s.ready_at()
+        return None if ready is None else max(0, ready - run.t)
+
     return tuple((s.prompt, s.max_tokens, s.stop_token, s.priority if caps.priorities else None,
-                  s.abort_at is not None) for s in run.specs if run.view.requests[s.rid].finish is None)
+                  s.abort_at is not None, s.lora, grammar_left(s))
+                 for s in run.specs if run.view.requests[s.rid].finish is None)
 
 
 def run_memory(run: RunView) -> Hashable:

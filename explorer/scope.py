@@ -199,6 +199,15 @@ PRESETS: dict[str, Scope] = {
                  "priority_preemption": [True, False]},
         prompts=[[1, 1], [1, 1, 2], [1, 1, 1, 1, 2], [2, 2, 2, 2, 2, 2, 2, 2, 2]], max_tokens=[1, 3, MOST],
         priorities=[0, 1], stops=[None, 0], max_requests=3, aborts=True, horizon=5, max_steps=80),
+    # the deployment features (LoRA adapters, grammars compiled later or never) on small's tighter configs;
+    # on a system that claims none of them it is small's first configs with fewer shapes
+    "features": _preset(
+        "features",
+        configs={"num_blocks": [4, 7], "block_size": [2], "max_num_seqs": [1, 2], "max_num_batched_tokens": [4],
+                 "prefill_chunk_size": [2], "prefix_caching": [False, True], "priority_preemption": [True],
+                 "max_loras": [1]},
+        prompts=[[1, 1], [1, 1, 2]], max_tokens=[1, MOST], loras=[0, 1, 2], grammars=[None, 1, NEVER],
+        max_requests=2, aborts=True, horizon=3, max_steps=40),
     # focused presets: three requests, few configs, each explored in minutes on every shipped system
     "prefix": _preset(
         "prefix",

@@ -33,7 +33,7 @@ from loopcheck.fuzz.mutate import Limits
 from loopcheck.fuzz.seeds import derived_seed
 from loopcheck.fuzz.settings import CampaignSettings, MachineSettings
 from loopcheck.fuzz.shrink import NotReproduced, shrink
-from loopcheck.fuzz.strategies import configs, request_sizes
+from loopcheck.fuzz.strategies import ON, configs, request_sizes
 from loopcheck.model.config import Config, regression_config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import Workload, load_workload, workload_from_json
@@ -112,15 +112,16 @@ def open_database(spec: str | None, out: Path) -> ExampleDatabase:
     return DirectoryBasedExampleDatabase(spec)
 
 
-def config_strategy(mode: str, policy: str, pinned: dict[str, Any]
+def config_strategy(mode: str, policy: str, pinned: dict[str, Any], loras: bool = False
                     ) -> tuple[st.SearchStrategy[Config], dict[str, int]]:
     """(configs, request sizes) for a campaign mode, with the fields the system
     supports only at one value pinned (sizes scaled to a pinned page,
-    `request_sizes`)."""
+    `request_sizes`); `loras`: max_loras drawn too (`configs`)."""
     if mode == "regression":
         return (st.just(regression_config(**{"preemption_policy": policy, **pinned})),
                 request_sizes(pinned.get("block_size"), max_prompt=12, max_tokens=8))
-    return configs(**{"preemption_policy": policy, **pinned}), request_sizes(pinned.get("block_size"))
+    return (configs(loras=loras, **{"preemption_policy": policy, **pinned}),
+            request_sizes(pinned.get("block_size")))
 
 
 def progress_line(elapsed: float, stats: Stats) -> str:
@@ -168,16 +169,17 @@ def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None =
     stats = Stats()
     caps = capabilities_of(factory)
     pinned = {**run.fixed, **caps.pinned}
-    strategy, sizes = config_strategy(mode, policy, pinned)
+    shape_run = run.shape.for_system(caps)   # nothing it cannot take
+    loras = shape_run.lora == ON
+    strategy, sizes = config_strategy(mode, policy, pinned, loras)
     start = time.monotonic()
     hunt = Hunt(factory, run.checks, out, stats, start, open_database(run.db, out))
     result = CampaignResult(seed_value, 0.0, stats)
     stats.deadline, stats.max_examples = start + budget_seconds, run.max_examples
     if progress:   # a line about every 2 s from the start (`Stats.clock`)
         stats.ticker = lambda: progress(progress_line(time.monotonic() - start, stats))
-    shape_run = run.shape.for_system(caps)   # nothing it cannot take
     guides = run.guidance or default_guidance(caps.semantics)
-    director = Director(directed_configs(mode, policy, pinned), sizes["max_prompt"],
+    director = Director(directed_configs(mode, policy, pinned, loras), sizes["max_prompt"],
                         derived_seed(seed_value, "directed"), shape_run) if guides in ("model", "both") else None
     if guides in ("system", "both"):
         stats.coverage = EdgeCoverage(code_paths(caps.code)) if caps.code else None
@@ -280,17 +282,18 @@ def run_batches(machine: type, hunt: Hunt, seed_value: int, batches: Iterator[in
             return
 
 
-def directed_configs(mode: str, policy: str, pinned: dict[str, Any]) -> list[st.SearchStrategy[Config]]:
+def directed_configs(mode: str, policy: str, pinned: dict[str, Any], loras: bool = False
+                     ) -> list[st.SearchStrategy[Config]]:
     """Config strategies for directed rounds, in turn: the campaign's own, and for
     random configs, ones with the switches that open rare windows on (priority
     preemption with prefix caching and upfront allocation, or with snapshots; a
-    bypass limit of 1)."""
-    own = config_strategy(mode, policy, pinned)[0]
+    bypass limit of 1); `loras`: max_loras drawn too."""
+    own = config_strategy(mode, policy, pinned, loras)[0]
     if mode == "regression":
         return [own]
     focus = [{"priority_preemption": True, "prefix_caching": True, "allocation": "upfront"},
              {"priority_preemption": True, "snapshots": True}, {"max_bypasses": 1}]
-    return [own] + [config_strategy(mode, policy, {**f, **pinned})[0] for f in focus]
+    return [own] + [config_strategy(mode, policy, {**f, **pinned}, loras)[0] for f in focus]
 
 
 DIRECTED_KEY = b"loopcheck:directed-failures"   # failing guided workloads in the example database

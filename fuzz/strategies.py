@@ -104,7 +104,8 @@ def _feature(value: str | int, drawn: st.SearchStrategy[Any], off: Any) -> st.Se
     return st.just(off if value == OFF else value)
 
 
-DEFAULT_SHAPE = Shape()
+DEFAULT_SHAPE = Shape()   # a campaign's, before `Shape.for_system`
+PLAIN_SHAPE = DEFAULT_SHAPE.without(*FEATURES)   # the strategies' own: no deployment feature unless asked
 
 
 def page_scale(block_size: int | None) -> int:
@@ -124,10 +125,12 @@ def request_sizes(block_size: int | None, max_prompt: int = 6, max_tokens: int =
 
 
 @st.composite
-def configs(draw: st.DrawFn, **fixed: Any) -> Config:
+def configs(draw: st.DrawFn, loras: bool = False, **fixed: Any) -> Config:
     """Small configs covering every switch; keyword arguments pin fields (fields
     that depend on them, such as min_loops or the watermark, are drawn within the
-    pinned values; token budgets scale with a pinned page, `page_scale`)."""
+    pinned values; token budgets scale with a pinned page, `page_scale`).
+    `max_loras` is drawn (1 or 2) only with `loras`, for a system that serves
+    LoRA adapters; else it is 1, as every other system runs."""
     def pick(name: str, strategy: st.SearchStrategy[Any]) -> Any:
         return fixed[name] if name in fixed else draw(strategy)
 
@@ -155,14 +158,14 @@ def configs(draw: st.DrawFn, **fixed: Any) -> Config:
         max_bypasses=pick("max_bypasses", st.integers(0, 4)),
         watermark_blocks=pick("watermark_blocks", st.integers(0, max(0, num_blocks // 4))),
         resume_watermark=pick("resume_watermark", st.booleans()),
-        max_loras=pick("max_loras", st.integers(1, 2)),
+        max_loras=pick("max_loras", st.integers(1, 2) if loras else st.just(1)),
     )
     return Config(**{**values, **fixed})
 
 
 @st.composite
 def request_bodies(draw: st.DrawFn, prefixes: tuple[tuple[int, ...], ...] = (), max_prompt: int = 6,
-                   max_tokens: int = 5, shape: Shape = DEFAULT_SHAPE, pool_positions: int = 0) -> dict[str, Any]:
+                   max_tokens: int = 5, shape: Shape = PLAIN_SHAPE, pool_positions: int = 0) -> dict[str, Any]:
     """The parts of a request that do not depend on time: prompt (maybe starting
     with one of `prefixes`, for prefix sharing, or with a near miss of one: the
     prefix without its first tokens, or with one token changed, so that its later
@@ -206,7 +209,7 @@ def request_bodies(draw: st.DrawFn, prefixes: tuple[tuple[int, ...], ...] = (), 
 
 @st.composite
 def requests(draw: st.DrawFn, rid: str, max_arrival: int = 6,
-             prefixes: tuple[tuple[int, ...], ...] = (), shape: Shape = DEFAULT_SHAPE, max_prompt: int = 6,
+             prefixes: tuple[tuple[int, ...], ...] = (), shape: Shape = PLAIN_SHAPE, max_prompt: int = 6,
              max_tokens: int = 5) -> RequestSpec:
     """One request with an arrival step and maybe an abort step."""
     arrival = draw(st.integers(0, max_arrival))
@@ -217,7 +220,7 @@ def requests(draw: st.DrawFn, rid: str, max_arrival: int = 6,
 
 @st.composite
 def workloads(draw: st.DrawFn, config: st.SearchStrategy[Config] | None = None,
-              max_requests: int = 5, shape: Shape = DEFAULT_SHAPE, max_prompt: int = 6, max_tokens: int = 5,
+              max_requests: int = 5, shape: Shape = PLAIN_SHAPE, max_prompt: int = 6, max_tokens: int = 5,
               max_arrival: int = 6, max_prefix: int = 6) -> Workload:
     """A config and 1..max_requests requests, some sharing prompt prefixes (of 2
     to max_prefix tokens)."""

@@ -44,7 +44,8 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="the regression config, or random small configs covering every switch (default: "
                         "regression for systems with loopcheck's semantics, else random)")
     p.add_argument("--shape", default="", metavar="NAME=on|off|INT,...",
-                   help=f"workload features: {', '.join(Shape.__dataclass_fields__)} (default all on)")
+                   help=f"workload features: {', '.join(Shape.__dataclass_fields__)} (default all on; lora and "
+                        "grammar only where the system claims them, capabilities.features)")
     p.add_argument("--db", help="example database: a folder (default OUT/db) or redis://host:port/n")
     p.add_argument("--guidance", choices=GUIDANCE, default=None,
                    help="what aims the rounds between random batches: model (windows the reference model "

@@ -4,17 +4,23 @@ rules is one group; two crash sites are never one group."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
 
+import pytest
+
+from loopcheck.adapters.loader import load_factory
 from loopcheck.checks.base import Violation
 from loopcheck.checks.suite import CheckSet
 from loopcheck.cli import main
+from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz import grouping
 from loopcheck.fuzz.campaign import Finding, run_campaign
 from loopcheck.fuzz.grouping import Shown, group_findings
 from loopcheck.fuzz.settings import CampaignSettings
+from loopcheck.model.workload import load_workload
 from tests.toy_scheduler import toy
 
 TOY = str(Path(__file__).parent / "toy_scheduler.py")
@@ -59,3 +65,19 @@ def test_crashes_at_two_sites_are_never_one_group(tmp_path, monkeypatch) -> None
     groups = group_findings(found, toy(), CheckSet("property"))
     assert len(groups) == 2 and sorted(len(g.findings) for g in groups) == [1, 2]
     assert all(sum(s.startswith("crash@") for s in g.signatures) == 1 for g in groups)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_each_shipped_engine_finding_is_one_group(engine) -> None:
+    """The engine bugs shipped in examples/ENGINE (each one cause, read in the
+    engine's code), taken as one campaign's findings: one group each."""
+    if importlib.util.find_spec(engine) is None:
+        pytest.skip(f"{engine} is not installed: run scripts/install-engine.sh {engine}")
+    factory, checks = load_factory(engine), CheckSet("property")
+    found = []
+    for path in sorted((Path(__file__).parent.parent / "examples" / engine).glob("*.json")):
+        run = run_workload(load_workload(path), factory, checks.build())
+        assert run.violation is not None, path
+        found.append(Finding(run.violation, path, 1, None, checks))
+    groups = group_findings(found, factory, checks)
+    assert len(found) == 3 and [len(g.findings) for g in groups] == [1, 1, 1], [g.signatures for g in groups]

@@ -208,20 +208,18 @@ class ToyScheduler:
         self.aborting = []
         priority = cfg.priority_preemption and "no-priority" not in self.bugs
         self.waiting.sort(key=lambda r: r.spec.key if priority else (not r.preempted, r.spec.arrival, r.spec.rid))
-        # the most urgent waiting request that may join (grammar-starves: or any, its grammar compiled or not)
-        head = next((w for w in self.waiting if "grammar-starves" in self.bugs or self._may_join(w)), None) \
-            if priority else None
-        while head is not None and len(self.running) >= cfg.max_num_seqs:
+        while priority and (head := self._head()) is not None and len(self.running) >= cfg.max_num_seqs:
             victim = max(self.running, key=lambda v: v.spec.key)   # slots are short: the least urgent goes
             if victim.spec.priority <= head.spec.priority:
                 break
             self.running.remove(victim)
             self._preempt(victim, head, events)
         budget, batch = cfg.max_num_batched_tokens, []
+        head = self._head() if priority else None
         for r in list(self.running):
             if r not in self.running:
                 continue
-            if head is not None and r.spec.key > head.spec.key and len(self.running) < cfg.max_num_seqs and \
+            if head is not None and r.spec.key > head.spec.key and \
                     self._need(head, len(head.spec.prompt)) <= self.pool.free:
                 continue   # the token budget goes to the more urgent waiting request first
             left = len(r.spec.prompt) - r.computed if "chunk-overrun" not in self.bugs else cfg.prefill_chunk_size
@@ -305,6 +303,11 @@ class ToyScheduler:
                     self._finish(r, "length", events)
         self.t += 1
         return events + self._misplaced()
+
+    def _head(self) -> Req | None:
+        """The first waiting request (in queue order) that may join (grammar-starves:
+        the first, its grammar compiled or not)."""
+        return next((w for w in self.waiting if "grammar-starves" in self.bugs or self._may_join(w)), None)
 
     def _ready(self, r: Req) -> bool:
         """Whether its grammar is compiled (grammar-early: whatever its grammar;
