@@ -8,7 +8,10 @@ more than one next line among all the edges either side took), functions; then
 the functions only one side ran, the rare paths one of them misses.
 
 Explore runs the whole scope with --keep-going (every workload, past findings);
-the fuzz campaigns get the seconds the exploration took.
+the fuzz campaigns get the seconds the exploration took. A second table gives,
+per deployment feature, the code of its paths each side ran: the lines of the
+system's files that name it (`FEATURE_LINES`: "lora"; "structured_output" or
+"grammar"), how many of them each side ran, and the edges from or to them.
 
 Usage: python -m benchmarks.reach [--systems vllm,sglang,lmdeploy,minisched] [--scope small] [--workers 2]
                                   [--seed 1] [--list 10] [--save JSON]
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
 import time
 from collections import Counter
@@ -102,6 +106,38 @@ def branch_edges(edges: set[Edge], every: set[Edge]) -> set[Edge]:
     return {(path, arc) for path, arc in edges if len(targets[(path, unpacked(arc)[0])]) > 1}
 
 
+FEATURE_LINES = {"lora": re.compile("lora", re.IGNORECASE),
+                 "grammar": re.compile("structured_output|grammar", re.IGNORECASE)}
+
+
+def naming_lines(paths: set[str], pattern: re.Pattern[str]) -> set[tuple[str, int]]:
+    """(file, line) of every line of the files that matches `pattern`."""
+    return {(path, n) for path in paths for n, text in enumerate(Path(path).read_text().splitlines(), 1)
+            if pattern.search(text)}
+
+
+def touching(edges: set[Edge], lines: set[tuple[str, int]]) -> set[Edge]:
+    """The edges from or to one of `lines`."""
+    return {(path, arc) for path, arc in edges if any((path, abs(line)) in lines for line in unpacked(arc))}
+
+
+def lines_run(edges: set[Edge]) -> set[tuple[str, int]]:
+    return {(path, abs(line)) for path, arc in edges for line in unpacked(arc) if line}
+
+
+def feature_rows(name: str, explored: set[Edge], fuzzed: set[Edge]) -> list[list[object]]:
+    """Per deployment feature: the lines naming it, those each side ran, and the
+    edges from or to them each side took."""
+    rows = []
+    paths = {path for path, _ in explored | fuzzed}
+    for feature, pattern in FEATURE_LINES.items():
+        lines = naming_lines(paths, pattern)
+        e, f = touching(explored, lines), touching(fuzzed, lines)
+        rows.append([name, feature, len(lines), len(lines & lines_run(explored)), len(lines & lines_run(fuzzed)),
+                     len(e), len(f), len(e & f)])
+    return rows
+
+
 def reach(adapter: str, scope: str, workers: int, seed: int) -> tuple[dict[str, object], set[Edge], set[Edge]]:
     """Explore the scope, then fuzz as long: figures and both sides' edges."""
     start = time.perf_counter()
@@ -132,7 +168,7 @@ def main() -> None:
     parser.add_argument("--save", type=Path, metavar="JSON",
                         help="write, per system, the functions each side ran (file:function -> edges taken)")
     args = parser.parse_args()
-    rows, only, saved = [], [], {}
+    rows, only, saved, features = [], [], {}, []
     for name in args.systems.split(","):
         figures, explored, fuzzed = reach(SYSTEMS.get(name, name), args.scope, args.workers, args.seed)
         every = explored | fuzzed
@@ -145,6 +181,7 @@ def main() -> None:
                      f"{len(branches_e)}/{len(branches_f)}", f"{len(funcs_e)}/{len(funcs_f)}"])
         only.append(f"{name}: run by explore only: {', '.join(sorted(funcs_e - funcs_f)[:args.list]) or 'none'}; "
                     f"by fuzz only: {', '.join(sorted(funcs_f - funcs_e)[:args.list]) or 'none'}")
+        features += feature_rows(name, explored, fuzzed)
         saved[name] = {side: dict(sorted(Counter(function[edge] for edge in edges).items()))
                        for side, edges in (("explore", explored), ("fuzz", fuzzed))}
         print(f"  {name}: done", flush=True)
@@ -153,6 +190,8 @@ def main() -> None:
     print(table(["system", "scope", "explore: transitions", "wall s", "fuzz: examples", "wall s", "edges explore",
                  "edges fuzz", "both", "explore only", "fuzz only", "branch edges e/f", "functions e/f"], rows))
     print("\n".join(only))
+    print(table(["system", "feature", "lines naming it", "run by explore", "run by fuzz", "edges explore",
+                 "edges fuzz", "both"], features))
     print(f"(fuzz: {args.workers} campaigns of the exploration's seconds, seed {args.seed}, random configs, guidance "
           "from the system, keep-going)")
 

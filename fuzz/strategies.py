@@ -73,10 +73,11 @@ class Shape:
         """Swarm testing: shapes in which each feature that is on is switched off
         with probability 1/4, so that examples exercise varied subsets of the
         features and combinations that one feature masks come up too."""
-        names = list(self.__dataclass_fields__)
+        # (a deployment feature that is off is left out of the draw: it would change other systems' examples)
+        names = [n for n in self.__dataclass_fields__ if n not in FEATURES or getattr(self, n) == ON]
         picks = [st.sampled_from([ON, ON, ON, OFF]) if getattr(self, n) == ON else st.just(getattr(self, n))
                  for n in names]
-        return st.tuples(*picks).map(lambda values: Shape(**dict(zip(names, values, strict=True))))
+        return st.tuples(*picks).map(lambda values: replace(self, **dict(zip(names, values, strict=True))))
 
     def without(self, *features: str) -> Shape:
         """This shape with `features` off (those a system cannot take); an unknown
@@ -158,8 +159,9 @@ def configs(draw: st.DrawFn, loras: bool = False, **fixed: Any) -> Config:
         max_bypasses=pick("max_bypasses", st.integers(0, 4)),
         watermark_blocks=pick("watermark_blocks", st.integers(0, max(0, num_blocks // 4))),
         resume_watermark=pick("resume_watermark", st.booleans()),
-        max_loras=pick("max_loras", st.integers(1, 2) if loras else st.just(1)),
     )
+    if loras:   # (drawn only then: a draw more would change every other system's examples for a seed)
+        values["max_loras"] = pick("max_loras", st.integers(1, 2))
     return Config(**{**values, **fixed})
 
 
@@ -200,11 +202,14 @@ def request_bodies(draw: st.DrawFn, prefixes: tuple[tuple[int, ...], ...] = (), 
     if shape.oversized == OFF and pool_positions:   # every request fits the pool: prompt + tokens - 1 positions
         prompt = prompt[:pool_positions]
         tokens = min(tokens, max(1, pool_positions + 1 - len(prompt)))
-    return dict(prompt=prompt, max_tokens=tokens,
-                priority=draw(_feature(shape.priorities, st.integers(0, 3), 0)),
-                stop_token=draw(_feature(shape.stop_tokens, st.none() | st.integers(0, 4), None)),
-                lora=draw(_feature(shape.lora, st.integers(0, 3), 0)),
-                grammar_ready=draw(_feature(shape.grammar, st.none() | st.integers(NEVER, 4), None)))
+    body = dict(prompt=prompt, max_tokens=tokens, priority=draw(_feature(shape.priorities, st.integers(0, 3), 0)),
+                stop_token=draw(_feature(shape.stop_tokens, st.none() | st.integers(0, 4), None)))
+    # the deployment features are drawn only where on (a draw more would change other systems' examples for a seed)
+    if shape.lora == ON:
+        body["lora"] = draw(st.integers(0, 3))
+    if shape.grammar == ON:
+        body["grammar_ready"] = draw(st.none() | st.integers(NEVER, 4))
+    return body
 
 
 @st.composite

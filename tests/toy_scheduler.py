@@ -219,7 +219,7 @@ class ToyScheduler:
         for r in list(self.running):
             if r not in self.running:
                 continue
-            if head is not None and r.spec.key > head.spec.key and \
+            if head is not None and r.spec.key > head.spec.key and len(self.running) < cfg.max_num_seqs and \
                     self._need(head, len(head.spec.prompt)) <= self.pool.free:
                 continue   # the token budget goes to the more urgent waiting request first
             left = len(r.spec.prompt) - r.computed if "chunk-overrun" not in self.bugs else cfg.prefill_chunk_size
