@@ -32,6 +32,7 @@ from typing import Any
 from unittest import mock
 
 from loopcheck.adapters.fake_lm import TINY_LM_DIR, VOCAB, fake_token
+from loopcheck.adapters.sglang_grammar import fake_backend
 from loopcheck.adapters.step_clock import install_step_clock
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
@@ -285,7 +286,7 @@ class SglangSUT:
         install_step_clock(CLOCK_USERS)
         self.cfg = cfg
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=False, pinned=PINNED,
-                                         block_tables=True,
+                                         block_tables=True, features=("grammar",),
                                          # (a priority preemption is reported as a retraction is: the order is
                                          # claimed only where every such preemption is a retraction)
                                          victim_order=None if cfg.priority_preemption else RETRACTION_ORDER,
@@ -311,6 +312,13 @@ class SglangSUT:
         self.rids: dict[str, str] = {}         # the id SGLang knows a request by -> the request
         self.admitted: set[str] = set()        # requests admitted once
         self.running: set[str] = set()         # admitted or resumed and not since preempted or finished
+        grammars = scheduler.grammar_manager   # (its backend: the fake of adapters/sglang_grammar.py)
+        grammars.grammar_backend = fake_backend(VOCAB)
+        grammars.SGLANG_GRAMMAR_POLL_INTERVAL = 1e-4   # (a poll finds what is ready at once: jobs end between steps)
+        self.compiler = grammars.grammar_backend.executor
+        self.compiling: dict[str, int | None] = {}   # request -> the step its grammar compiles at (None: never)
+        self.dropped: set[str] = set()   # requests aborted while their grammar compiled (`_abort`)
+        self.steps = 0
 
     # -- the verbs -------------------------------------------------------------------
 
@@ -339,6 +347,9 @@ class SglangSUT:
         for rid in self.aborts:
             events += self._abort(rid)
         self.aborts = []
+        self.compiler.run_due(self.steps)
+        self.compiling = {rid: due for rid, due in self.compiling.items() if due is None or due > self.steps}
+        self.steps += 1
         scheduler = self.scheduler
         plan = scheduler.get_next_batch_to_run(running_batch=scheduler.running_batch, last_batch=scheduler.last_batch)
         scheduler.running_batch, batch = plan.running_batch, plan.batch_to_run
@@ -366,8 +377,11 @@ class SglangSUT:
         name = f"loopcheck-{len(self.names):09d}"
         self.names[spec.rid], self.rids[name] = name, spec.rid
         self.outputs[spec.rid] = RequestOutput(spec.rid, [], [], None)
+        grammar = None if spec.grammar_ready is None else f'root ::= "{name}"'   # (one grammar a request)
+        if grammar is not None:
+            self.compiler.due = self.compiling[spec.rid] = spec.ready_at()
         params = SamplingParams(max_new_tokens=spec.max_tokens, temperature=0.0, ignore_eos=spec.stop_token is None,
-                                stop_token_ids=None if spec.stop_token is None else {spec.stop_token})
+                                stop_token_ids=None if spec.stop_token is None else {spec.stop_token}, ebnf=grammar)
         params.normalize(None)
         params.verify(VOCAB)
         self.scheduler.handle_generate_request(TokenizedGenerateReqInput(
@@ -375,17 +389,24 @@ class SglangSUT:
             token_type_ids=None, sampling_params=params, return_logprob=False, logprob_start_len=-1,
             top_logprobs_num=0, token_ids_logprob=None, stream=False,
             priority=spec.priority if self.cfg.priority_preemption else None))
-        self.reqs[spec.rid] = next(r for r in self.scheduler.waiting_queue if r.rid == name)
+        queued = self.scheduler.waiting_queue + self.scheduler.grammar_manager.grammar_queue
+        self.reqs[spec.rid] = next(r for r in queued if r.rid == name)
         return [Arrive(spec.rid)]
 
     def _abort(self, rid: str) -> list[Event]:
         """SGLang's `abort_request`: a queued request ends at once; a running
-        one is marked and ends at its next batch result (reported then)."""
+        one is marked and ends at its next batch result (reported then). One
+        waiting for its grammar is marked too: SGLang moves it to the waiting
+        queue with its prompt cut to one placeholder token, which it prefills
+        to end it; that work is not the request's and is not reported
+        (`dropped`), its end is."""
         from sglang.srt.managers.io_struct import AbortReq
 
         if self.outputs[rid].finish_reason is not None:
             return []
         req = self.reqs[rid]
+        if any(r is req for r in self.scheduler.grammar_manager.grammar_queue):
+            self.dropped.add(rid)
         queued = any(r is req for r in self.scheduler.waiting_queue)
         self.scheduler.abort_request(AbortReq(rid=self.names[rid]))
         if queued and not any(r is req for r in self.scheduler.waiting_queue):
@@ -420,6 +441,8 @@ class SglangSUT:
             return []
         for req, start, length in zip(batch.reqs, batch.prefix_lens, batch.extend_lens, strict=True):
             rid = self.rids[req.rid]
+            if rid in self.dropped:
+                continue
             if rid not in self.running:
                 self.running.add(rid)
                 if rid in self.admitted:
@@ -441,6 +464,9 @@ class SglangSUT:
         for rid, req in self.reqs.items():
             mine = self.outputs[rid]
             if mine.finish_reason is not None:
+                continue
+            if rid in self.dropped:   # (its placeholder prefill's token is not an output)
+                events += self._finish(rid, "abort") if req.finished_reason is not None else []
                 continue
             for token in [int(t) for t in req.output_ids_through_stop][len(mine.token_ids):]:
                 events.append(Token(rid, len(mine.token_ids), token))
@@ -496,6 +522,7 @@ class SglangSUT:
         the radix tree; the admission estimate (new-token ratio)."""
         scheduler = self.scheduler
         where = {id(r): "waiting" for r in scheduler.waiting_queue}
+        where.update({id(r): "grammar" for r in scheduler.grammar_manager.grammar_queue})
         where.update({id(r): "running" for r in scheduler.running_batch.reqs})
         requests = tuple((rid, where.get(id(req), "-"), len(req.output_ids), req.kv.kv_allocated_len,
                           req.kv.kv_committed_len, req.finished_reason is not None)
@@ -504,7 +531,9 @@ class SglangSUT:
         last = scheduler.last_batch
         last_batch = None if last is None else (int(last.forward_mode), tuple(r.rid for r in last.reqs))
         free = tuple(scheduler.token_to_kv_pool_allocator.get_all_free_pages().tolist())
-        return requests, chunked, last_batch, free, self._tree(), scheduler.new_token_ratio_tracker.current
+        compiling = tuple((rid, None if due is None else due - self.steps) for rid, due in self.compiling.items())
+        return (requests, chunked, last_batch, free, self._tree(), scheduler.new_token_ratio_tracker.current,
+                compiling)
 
     def _tree(self) -> tuple[Any, ...]:
         """The radix tree: per node, depth first in key order, its tokens, its

@@ -1,17 +1,15 @@
 """The fakes behind structured output in the vLLM adapter: vLLM's own
 StructuredOutputManager runs, with a grammar backend that compiles nothing
 (`FakeGrammarBackend`: every grammar allows every token and never terminates)
-and, in place of the manager's thread pool, `StepExecutor`, which finishes each
-compilation at the step the workload names (`RequestSpec.grammar_ready`) or
-never, so that runs are deterministic. What the scheduler does while a grammar
+and, in place of the manager's thread pool, `adapters.step_executor.StepExecutor`,
+which finishes each compilation at the step the workload names
+(`RequestSpec.grammar_ready`) or never, so that runs are deterministic. What the scheduler does while a grammar
 compiles (WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR, the deferred queue) and once it
 is ready is vLLM's code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any
 
 BACKEND = "loopcheck-fake"   # the backend name the adapter gives its requests' StructuredOutputsParams
@@ -57,31 +55,3 @@ class FakeGrammarBackend:
 
     def destroy(self) -> None:
         pass
-
-
-class StepExecutor:
-    """Stands in for the manager's thread pool: a job submitted while `due` is a
-    step runs, in submission order, when `run_due` reaches that step; one
-    submitted while `due` is None never runs (a grammar never compiled)."""
-
-    def __init__(self) -> None:
-        self.due: int | None = None
-        self.jobs: list[tuple[int | None, Future, Callable[..., Any], tuple[Any, ...]]] = []
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
-        future: Future = Future()
-        self.jobs.append((self.due, future, fn, args))
-        return future
-
-    def run_due(self, step: int) -> None:
-        """Run every job due at or before `step`, its result (or exception) set on its future."""
-        later = []
-        for due, future, fn, args in self.jobs:
-            if due is None or due > step:
-                later.append((due, future, fn, args))
-                continue
-            try:
-                future.set_result(fn(*args))
-            except Exception as exc:   # (vLLM's scheduler fails only that request: its own contract)
-                future.set_exception(exc)
-        self.jobs = later

@@ -26,7 +26,8 @@ import os
 from typing import Any
 
 from loopcheck.adapters.fake_lm import TINY_LM_DIR, fake_token
-from loopcheck.adapters.vllm_grammar import BACKEND, FakeGrammarBackend, StepExecutor
+from loopcheck.adapters.step_executor import StepExecutor
+from loopcheck.adapters.vllm_grammar import BACKEND, FakeGrammarBackend
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt, Prefill, RequestOutput, Resume, Token

@@ -211,9 +211,9 @@ LMDEPLOY_MUTANTS = [
 
 
 SGLANG_SRT = "sglang.srt."
-PAGED_S, RADIX_S, POLICY_S, BATCH_S = (SGLANG_SRT + m for m in (
+PAGED_S, RADIX_S, POLICY_S, BATCH_S, SCHED_S, GRAMMAR_S = (SGLANG_SRT + m for m in (
     "mem_cache.allocator.paged", "mem_cache.unified_radix_cache", "managers.schedule_policy",
-    "managers.schedule_batch"))
+    "managers.schedule_batch", "managers.scheduler", "constrained.grammar_manager"))
 
 # (name, edits), planted in SGLang 0.5.23's allocator, radix cache, prefill adder and requests as they are
 # imported; the campaign ignores the SGLang findings shipped in examples/sglang/ (SGLANG_KNOWN).
@@ -233,6 +233,12 @@ SGLANG_MUTANTS = [
                                         "if len(self.output_ids) > self.sampling_params.max_new_tokens:"),)),
     ("stop tokens are ignored", ((BATCH_S, "matched_eos |= token_id in self.sampling_params.stop_token_ids",
                                   "matched_eos |= False"),)),
+    # the structured-output path (SGLang's grammar queue)
+    ("a request whose grammar is ready is not queued",
+     ((SCHED_S, "            for req in ready_grammar_requests:\n                self._add_request_to_queue(req)",
+       "            for req in ready_grammar_requests:\n                pass"),)),
+    ("a grammar still compiling is taken as ready",
+     ((GRAMMAR_S, "                    if req.grammar.done():", "                    if True:"),)),
 ]
 SGLANG_KNOWN = "abort.not-ended,stall.state-repeats,work.token-uncomputed"
 

@@ -38,7 +38,8 @@ def unconstrained(workload: Workload, pinned: dict[str, Any]) -> Config:
 
 class OutputEquivalence(Check):
     """Token IDs, exit depths and finish reasons of every request that was not
-    aborted and fits the pool equal those of the same system on the unconstrained
+    aborted, fits the pool and is not left waiting for a grammar never compiled
+    equal those of the same system on the unconstrained
     config (and the exact output bits too, where the system reports them and the
     pool is unchanged). A system that refuses the unconstrained config (raises
     WorkloadError building it, e.g. a pool larger than it supports) or does not
@@ -69,7 +70,7 @@ class OutputEquivalence(Check):
         want = ref.observation
         same_pool = ref_cfg.num_blocks == run.cfg.num_blocks
         for s in workload.requests:
-            if s.abort_at is not None or never_fits(s, run.cfg):
+            if s.abort_at is not None or never_fits(s, run.cfg) or s.ready_at() is None:   # (never ready: no output)
                 continue
             got_o, want_o = obs.outputs[s.rid].to_json(), want.outputs[s.rid].to_json()
             if got_o != want_o:

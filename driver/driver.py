@@ -261,11 +261,11 @@ class Driver:
         """Every submitted request finished, by the events and by the SUT's own
         word, but those that wait for an input that never comes (`never_ready`):
         while one waits, the events alone say, and only after a step with no
-        event (the system left them waiting)."""
+        event since the last input (the system left them waiting)."""
         waiting = self.never_ready()
         if not set(self.view.open) <= waiting:
             return False
-        return not self.obs.unfinished if not waiting else bool(self.trace) and not self.trace[-1]
+        return not self.obs.unfinished if not waiting else self.t > self.last_input and not self.trace[-1]
 
     def never_ready(self) -> set[str]:
         """The unfinished requests whose grammar is never compiled: they may wait

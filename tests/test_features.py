@@ -91,3 +91,19 @@ def test_fuzz_finds_each_planted_feature_bug_and_the_clean_toy_passes(tmp_path, 
     assert not clean.findings, clean.findings[0].violation
     replayed = run_workload(load_workload(found[0].counterexample), toy_with_features(bug), checks.build())
     assert replayed.violation is not None and replayed.violation.signature == found[0].violation.signature
+
+
+def test_a_never_ready_request_submitted_last_still_reaches_the_system() -> None:
+    """A run drains past a request left waiting only after a quiet step since
+    it was submitted: the system got it, and every end check judges it."""
+    from loopcheck.driver.driver import Driver
+
+    driver = Driver(toy_with_features(), CFG, CheckSet("property").build())
+    driver.add(RequestSpec("a", (1, 2), 2))
+    driver.step()
+    driver.step()
+    driver.step()
+    driver.add(RequestSpec("b", (3, 4), 2, grammar_ready=NEVER))
+    driver.finish()
+    assert driver.t == 5 and driver.drained()   # (its arrival, then a quiet step)
+    assert driver.obs.outputs["b"].finish_reason is None

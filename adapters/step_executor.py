@@ -1,0 +1,37 @@
+"""A deterministic stand-in for the thread pool an engine compiles grammars
+in: each job finishes at the step the workload names, or never. Shared by the
+vLLM and SGLang adapters (adapters/vllm_grammar.py, adapters/sglang_grammar.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+
+class StepExecutor:
+    """Stands in for a grammar thread pool: a job submitted while `due` is a
+    step runs, in submission order, when `run_due` reaches that step; one
+    submitted while `due` is None never runs (a grammar never compiled)."""
+
+    def __init__(self) -> None:
+        self.due: int | None = None
+        self.jobs: list[tuple[int | None, Future, Callable[..., Any], tuple[Any, ...]]] = []
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        future: Future = Future()
+        self.jobs.append((self.due, future, fn, args))
+        return future
+
+    def run_due(self, step: int) -> None:
+        """Run every job due at or before `step`, its result (or exception) set on its future."""
+        later = []
+        for due, future, fn, args in self.jobs:
+            if due is None or due > step:
+                later.append((due, future, fn, args))
+                continue
+            try:
+                future.set_result(fn(*args))
+            except Exception as exc:   # (vLLM's scheduler fails only that request: its own contract)
+                future.set_exception(exc)
+        self.jobs = later
