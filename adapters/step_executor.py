@@ -24,14 +24,20 @@ class StepExecutor:
         return future
 
     def run_due(self, step: int) -> None:
-        """Run every job due at or before `step`, its result (or exception) set on its future."""
+        """Run every job due at or before `step`, its result (or exception) set on
+        its future; a job whose future was cancelled is dropped unrun, as a
+        thread pool drops it."""
         later = []
         for due, future, fn, args in self.jobs:
+            if future.cancelled():
+                continue
             if due is None or due > step:
                 later.append((due, future, fn, args))
                 continue
+            if not future.set_running_or_notify_cancel():
+                continue
             try:
                 future.set_result(fn(*args))
-            except Exception as exc:   # (vLLM's scheduler fails only that request: its own contract)
+            except Exception as exc:   # (the engine fails only that request, as with a thread pool)
                 future.set_exception(exc)
         self.jobs = later

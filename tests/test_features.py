@@ -107,3 +107,18 @@ def test_a_never_ready_request_submitted_last_still_reaches_the_system() -> None
     driver.finish()
     assert driver.t == 5 and driver.drained()   # (its arrival, then a quiet step)
     assert driver.obs.outputs["b"].finish_reason is None
+
+
+def test_the_step_executor_finishes_jobs_at_their_step_and_drops_cancelled_ones() -> None:
+    from loopcheck.adapters.step_executor import StepExecutor
+
+    pool = StepExecutor()
+    pool.due = 2
+    later, cancelled = pool.submit(lambda: "ready"), pool.submit(lambda: "never run")
+    pool.due = None
+    never = pool.submit(lambda: "never due")
+    assert cancelled.cancel()
+    pool.run_due(1)
+    assert not later.done() and not never.done()
+    pool.run_due(2)
+    assert later.result() == "ready" and cancelled.cancelled() and not never.done() and len(pool.jobs) == 1
