@@ -239,8 +239,13 @@ SGLANG_MUTANTS = [
        "            for req in ready_grammar_requests:\n                pass"),)),
     ("a grammar still compiling is taken as ready",
      ((GRAMMAR_S, "                    if req.grammar.done():", "                    if True:"),)),
+    ("a request whose grammar is ready is queued twice",
+     ((SCHED_S, "            for req in ready_grammar_requests:\n                self._add_request_to_queue(req)",
+       "            for req in ready_grammar_requests:\n                self._add_request_to_queue(req)\n"
+       "                self._add_request_to_queue(req)"),)),
 ]
-SGLANG_KNOWN = "abort.not-ended,stall.state-repeats,work.token-uncomputed"
+# SGLang's idle stall (examples/sglang/idle_stall.json) shows as grammar.ready-idle on a request with a grammar
+SGLANG_KNOWN = "abort.not-ended,stall.state-repeats,work.token-uncomputed,grammar.ready-idle"
 
 
 TARGETS = {"engine": MUTANTS, "vllm": VLLM_MUTANTS, "lmdeploy": LMDEPLOY_MUTANTS, "sglang": SGLANG_MUTANTS}
