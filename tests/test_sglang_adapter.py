@@ -30,8 +30,9 @@ from loopcheck.sut.protocol import Refused
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
                                 reason="SGLang is not installed: run scripts/install-engine.sh sglang")
 EXAMPLES = Path(__file__).parent.parent / "examples" / "sglang"
-# the findings examples/sglang/ holds, by signature: ignored where a test looks for anything else
-KNOWN = "stall.state-repeats,work.token-uncomputed,abort.not-ended"
+# the findings examples/sglang/ holds, by signature: ignored where a test looks for anything else (the idle
+# stall shows as grammar.ready-idle on a request with a grammar: docs/engines/sglang.md)
+KNOWN = "stall.state-repeats,work.token-uncomputed,abort.not-ended,grammar.ready-idle"
 
 
 def sglang_config(**changes) -> Config:
