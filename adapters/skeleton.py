@@ -101,6 +101,7 @@ class SkeletonSUT:
             # package without a __spec__ is found by its __file__ (or __path__).
             code=(),
             refuses=(),       # workload features your API refuses, e.g. ("prompt_only",) for max_tokens 0
+            features=(),      # deployment features it runs: "lora", "grammar" (docs/checking.md, "The protocol")
         )
         self.arriving: list[RequestSpec] = []
         self.cancelling: list[str] = []

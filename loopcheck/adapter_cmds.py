@@ -66,6 +66,8 @@ def run_check(args: argparse.Namespace) -> int:
     print(f"pinned: {', '.join(f'{k}={v}' for k, v in sorted(caps.pinned.items()))}")
     if caps.refuses:
         print(f"refuses: {', '.join(caps.refuses)}")
+    if caps.features:
+        print(f"features: {', '.join(caps.features)}")
     unresolved = [m for m in caps.code if not code_paths((m,))]
     print(f"code: {', '.join(caps.code) or 'none (no coverage guidance; crashes named outside the stdlib)'}"
           + (f"; WARNING: not found: {', '.join(unresolved)}" if unresolved else ""))
