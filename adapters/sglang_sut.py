@@ -316,7 +316,6 @@ class SglangSUT:
         grammars.grammar_backend = fake_backend(VOCAB)
         grammars.SGLANG_GRAMMAR_POLL_INTERVAL = 1e-4   # (a poll finds what is ready at once: jobs end between steps)
         self.compiler = grammars.grammar_backend.executor
-        self.compiling: dict[str, int | None] = {}   # request -> the step its grammar compiles at (None: never)
         self.dropped: set[str] = set()   # requests aborted while their grammar compiled (`_abort`)
         self.steps = 0
 
@@ -348,7 +347,6 @@ class SglangSUT:
             events += self._abort(rid)
         self.aborts = []
         self.compiler.run_due(self.steps)
-        self.compiling = {rid: due for rid, due in self.compiling.items() if due is None or due > self.steps}
         self.steps += 1
         scheduler = self.scheduler
         plan = scheduler.get_next_batch_to_run(running_batch=scheduler.running_batch, last_batch=scheduler.last_batch)
@@ -379,7 +377,7 @@ class SglangSUT:
         self.outputs[spec.rid] = RequestOutput(spec.rid, [], [], None)
         grammar = None if spec.grammar_ready is None else f'root ::= "{name}"'   # (one grammar a request)
         if grammar is not None:
-            self.compiler.due = self.compiling[spec.rid] = spec.ready_at()
+            self.compiler.label, self.compiler.due = spec.rid, spec.ready_at()
         params = SamplingParams(max_new_tokens=spec.max_tokens, temperature=0.0, ignore_eos=spec.stop_token is None,
                                 stop_token_ids=None if spec.stop_token is None else {spec.stop_token}, ebnf=grammar)
         params.normalize(None)
@@ -531,9 +529,8 @@ class SglangSUT:
         last = scheduler.last_batch
         last_batch = None if last is None else (int(last.forward_mode), tuple(r.rid for r in last.reqs))
         free = tuple(scheduler.token_to_kv_pool_allocator.get_all_free_pages().tolist())
-        compiling = tuple((rid, None if due is None else due - self.steps) for rid, due in self.compiling.items())
         return (requests, chunked, last_batch, free, self._tree(), scheduler.new_token_ratio_tracker.current,
-                compiling)
+                self.compiler.pending(self.steps))
 
     def _tree(self) -> tuple[Any, ...]:
         """The radix tree: per node, depth first in key order, its tokens, its

@@ -12,15 +12,18 @@ from typing import Any
 class StepExecutor:
     """Stands in for a grammar thread pool: a job submitted while `due` is a
     step runs, in submission order, when `run_due` reaches that step; one
-    submitted while `due` is None never runs (a grammar never compiled)."""
+    submitted while `due` is None never runs (a grammar never compiled). Each
+    job keeps the `label` set when it was submitted (the request it is for),
+    so that `pending` can say what is still to come."""
 
     def __init__(self) -> None:
         self.due: int | None = None
-        self.jobs: list[tuple[int | None, Future, Callable[..., Any], tuple[Any, ...]]] = []
+        self.label = ""
+        self.jobs: list[tuple[str, int | None, Future, Callable[..., Any], tuple[Any, ...]]] = []
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         future: Future = Future()
-        self.jobs.append((self.due, future, fn, args))
+        self.jobs.append((self.label, self.due, future, fn, args))
         return future
 
     def run_due(self, step: int) -> None:
@@ -28,11 +31,12 @@ class StepExecutor:
         its future; a job whose future was cancelled is dropped unrun, as a
         thread pool drops it."""
         later = []
-        for due, future, fn, args in self.jobs:
+        for job in self.jobs:
+            _, due, future, fn, args = job
             if future.cancelled():
                 continue
             if due is None or due > step:
-                later.append((due, future, fn, args))
+                later.append(job)
                 continue
             if not future.set_running_or_notify_cancel():
                 continue
@@ -41,3 +45,9 @@ class StepExecutor:
             except Exception as exc:   # (the engine fails only that request, as with a thread pool)
                 future.set_exception(exc)
         self.jobs = later
+
+    def pending(self, step: int) -> tuple[tuple[str, int | None], ...]:
+        """The jobs not run yet, by label: (label, steps from `step` until it is
+        due; None: never), sorted (a part of a state key)."""
+        return tuple(sorted(((label, None if due is None else due - step) for label, due, *_ in self.jobs),
+                            key=lambda pair: pair[0]))

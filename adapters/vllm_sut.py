@@ -105,7 +105,6 @@ class VllmSUT:
         init_none_hash(sha256_cbor)
         self.hasher = get_request_block_hasher(bs, sha256_cbor)
         self.pending: list[tuple[RequestSpec, Any]] = []   # (request, its vLLM SamplingParams)
-        self.compiling: dict[str, int | None] = {}        # request -> the step its grammar compiles at (None: never)
         self.aborts: list[str] = []
         self.outputs: dict[str, RequestOutput] = {}
         self.preempted: set[str] = set()
@@ -167,7 +166,7 @@ class VllmSUT:
                           pooling_params=None, priority=spec.priority, lora_request=lora,
                           arrival_time=float(self.steps) + len(self.outputs) * 1e-6, block_hasher=self.hasher)
         if request.use_structured_output:   # (as vLLM's engine core does before the scheduler sees it)
-            self.compiler.due = self.compiling[spec.rid] = spec.ready_at()
+            self.compiler.label, self.compiler.due = spec.rid, spec.ready_at()
             self.scheduler.structured_output_manager.grammar_init(request)
         return request
 
@@ -190,7 +189,6 @@ class VllmSUT:
                 self.outputs[rid].finish_reason = "abort"
         self.requesters = {}
         self.compiler.run_due(self.steps)
-        self.compiling = {rid: due for rid, due in self.compiling.items() if due is None or due > self.steps}
         so = self.scheduler.schedule()
         self.scheduler.get_grammar_bitmask(so)   # (as the engine core asks before the model runs; all allowed)
         self._name_pages()
@@ -244,7 +242,7 @@ class VllmSUT:
         key = (tuple((rid, int(r.status), r.num_computed_tokens, len(r.output_token_ids))
                      for rid, r in sorted(s.requests.items())),
                tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free_ids,
-               tuple((rid, None if due is None else due - self.steps) for rid, due in sorted(self.compiling.items())))
+               self.compiler.pending(self.steps))
         return Observation(blocks_held=self.cfg.num_blocks - len(free_ids), kv_errors=self._kv_errors(free_ids),
                            outputs=self.outputs, unfinished=bool(self.pending) or s.has_unfinished_requests(),
                            state_key=key, block_tables=self._block_tables(), cached_pages=self._cached_pages(),

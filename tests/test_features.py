@@ -113,12 +113,13 @@ def test_the_step_executor_finishes_jobs_at_their_step_and_drops_cancelled_ones(
     from loopcheck.adapters.step_executor import StepExecutor
 
     pool = StepExecutor()
-    pool.due = 2
+    pool.label, pool.due = "b", 2
     later, cancelled = pool.submit(lambda: "ready"), pool.submit(lambda: "never run")
-    pool.due = None
+    pool.label, pool.due = "a", None
     never = pool.submit(lambda: "never due")
     assert cancelled.cancel()
     pool.run_due(1)
-    assert not later.done() and not never.done()
+    assert not later.done() and not never.done() and pool.pending(1) == (("a", None), ("b", 1))
     pool.run_due(2)
     assert later.result() == "ready" and cancelled.cancelled() and not never.done() and len(pool.jobs) == 1
+    assert pool.pending(2) == (("a", None),)
