@@ -11,6 +11,7 @@ from loopcheck.checks.base import Violation
 from loopcheck.checks.suite import checks_for, default_mode
 from loopcheck.driver.determinism import runs_differ
 from loopcheck.driver.driver import Run
+from loopcheck.fuzz.strategies import DEFAULT_SHAPE, OFF
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import RequestSpec, Workload
@@ -41,9 +42,9 @@ def configs_for(caps: Capabilities) -> list[tuple[str, Config]]:
 
 
 def workloads_for(cfg: Config, caps: Capabilities) -> Iterator[tuple[str, Workload]]:
-    """The fixed workloads, each named; those with a feature the system refuses
-    (`capabilities.refuses`, no aborts) left out."""
-    refuses = set(caps.refuses) | (set() if caps.abort else {"aborts"})
+    """The fixed workloads, each named; those with a feature the system cannot
+    take (`Shape.for_system`: what it refuses, aborts where it takes none) left out."""
+    taken = DEFAULT_SHAPE.for_system(caps)
     burst = cfg.max_num_seqs + 2
     pages = max(1, cfg.num_blocks // (2 * cfg.planes))   # about half the pool a request
     candidates: list[tuple[str, str | None, tuple[RequestSpec, ...]]] = [
@@ -64,7 +65,7 @@ def workloads_for(cfg: Config, caps: Capabilities) -> Iterator[tuple[str, Worklo
         ("prompt only", "prompt_only", (RequestSpec("p", (4, 5, 6, 7), 0), RequestSpec("q", (4, 5, 6, 8), 2))),
     ]
     for name, feature, requests in candidates:
-        if feature is None or feature not in refuses:
+        if feature is None or getattr(taken, feature) != OFF:
             yield name, Workload(cfg, requests)
 
 
