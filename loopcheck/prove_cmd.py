@@ -13,8 +13,9 @@ from loopcheck.model.workload import load_workload, save_workload
 from loopcheck.proofs.obligations import ProofPlan, run_all
 from loopcheck.proofs.result import DISAGREES, ProofResult
 from loopcheck.report import banner, table
+from loopcheck.shipped import shipped_example
 
-DEFAULT_CONFIG = Path(__file__).parent.parent / "examples" / "livelock.json"
+DEFAULT_CONFIG = "livelock.json"   # shipped (loopcheck.shipped)
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -48,7 +49,7 @@ def argv_of(args: argparse.Namespace) -> list[str]:
 
 
 def base_config(args: argparse.Namespace) -> Config:
-    return load_workload(args.config or DEFAULT_CONFIG).config
+    return load_workload(args.config or shipped_example(DEFAULT_CONFIG)).config
 
 
 def write_junit(results: list[ProofResult], path: str) -> None:

@@ -28,8 +28,8 @@ from loopcheck.options import add_adapter
 from loopcheck.proofs.obligations import ProofPlan, run_all
 from loopcheck.report import banner, checks_not_run, not_run_line, table
 from loopcheck.scoped_cmd import explore_part
+from loopcheck.shipped import shipped_example
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
 EXPLORE_CASES = (("livelock_min.json", 2), ("livelock.json", 0))
 LIVELOCK_SEARCH = 4            # the unguarded campaign looks for the livelock up to this many budgets ...
 LIVELOCK_SHRINK_REPLAYS = 120  # ... and shrinks it in at most this many replays (not in what time is left)
@@ -54,7 +54,7 @@ def prove_rows() -> list[Row]:
     """`loopcheck prove`'s obligations with the drain rows of the guarded policy
     only (the policy verify vouches for; prove itself also has the unguarded
     refutations and no preemption)."""
-    base = load_workload(EXAMPLES / "livelock.json").config
+    base = load_workload(shipped_example("livelock.json")).config
     rows: list[Row] = []
     for result, _ in run_all(ProofPlan(base, 3, 6, 6, policies=("guarded",)),
                              lambda label: main_progress(f"  prove {label}")):
@@ -69,7 +69,7 @@ def explore_rows() -> list[Row]:
         for policy in ("guarded", "unguarded"):
             main_progress(f"  explore {name} ({policy}, spread {spread}) ...")
             start = time.perf_counter()
-            found = survey(load_workload(EXAMPLES / name).with_config(preemption_policy=policy), spread)
+            found = survey(load_workload(shipped_example(name)).with_config(preemption_policy=policy), spread)
             live = found.liveness
             seconds = time.perf_counter() - start
             if policy == "guarded":

@@ -1,6 +1,7 @@
-"""Installed from a wheel (not editable), loopcheck is one top-level package, and
-its command line and pytest plugin work from a project that has packages of its
-own named model, engine, fuzz, checks and sut."""
+"""Installed from a wheel (not editable), loopcheck is one top-level package, it
+finds the workload files it ships, and its command line and pytest plugin work
+from a project that has packages of its own named model, engine, fuzz, checks
+and sut."""
 
 from __future__ import annotations
 
@@ -27,6 +28,17 @@ def test_the_installed_loopcheck_checks_an_engine(loopcheck_machine):
     assert stats.examples >= 3 and stats.steps > 0
 """
 
+# the workload files `loopcheck verify` and `loopcheck prove` read, found in the installed package
+SHIPPED_FILES = """
+from loopcheck.prove_cmd import DEFAULT_CONFIG
+from loopcheck.shipped import shipped_example
+from loopcheck.verify_cmd import EXPLORE_CASES
+for name in ("livelock.json", *(name for name, _ in EXPLORE_CASES)):
+    assert shipped_example(name).is_file(), name
+    print(shipped_example(name))
+assert DEFAULT_CONFIG == "livelock.json"
+"""
+
 
 def test_a_wheel_installs_one_package_that_works_beside_a_users_own_packages(tmp_path: Path) -> None:
     source, wheels, site, project = (tmp_path / name for name in ("source", "wheels", "site", "project"))
@@ -50,6 +62,12 @@ def test_a_wheel_installs_one_package_that_works_beside_a_users_own_packages(tmp
                          text=True)
     assert cli.returncode in (0, 1), cli.stderr
     assert "Traceback" not in cli.stderr and "steps" in cli.stdout + cli.stderr
+
+    shipped = subprocess.run([sys.executable, "-c", SHIPPED_FILES], cwd=project, env=env, capture_output=True,
+                             text=True)
+    assert shipped.returncode == 0, shipped.stderr[-2000:]
+    assert shipped.stdout.split() == [str(site / "loopcheck" / "examples" / name)
+                                      for name in ("livelock.json", "livelock_min.json", "livelock.json")]
 
     suite = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_users_engine.py"],
                            cwd=project, env=env, capture_output=True, text=True)
