@@ -11,7 +11,9 @@ prefill_chunk_size as long_prefill_token_threshold; prefix_caching; policy
 (LoRA is always on; a request's `lora` becomes its LoRARequest, whose weights
 are never loaded). A request's `grammar_ready` gives it structured output,
 compiled by vLLM's StructuredOutputManager through the fakes of
-adapters/vllm_grammar.py. The fields vLLM has no notion
+adapters/vllm_grammar.py. A KV connector is always on (kv_consumer, failures
+recomputed): a request's `kv_load_steps` has its prompt's full pages loaded
+through it, by the fake of adapters/vllm_kv_connector.py. The fields vLLM has no notion
 of are pinned (incremental allocation, no watermark; the plain-engine profile of
 sut/protocol.py pins the looped-model fields: a preempted request recomputes, keeping its tokens).
 
@@ -22,6 +24,7 @@ so a recompute yields the same tokens and a wrong context would not.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from typing import Any
 
@@ -30,7 +33,19 @@ from loopcheck.adapters.step_executor import StepExecutor
 from loopcheck.adapters.vllm_grammar import BACKEND, FakeGrammarBackend
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.events import Abort, Admit, Arrive, Event, Finish, Preempt, Prefill, RequestOutput, Resume, Token
+from loopcheck.model.events import (
+    Abort,
+    Admit,
+    Arrive,
+    Event,
+    Finish,
+    Load,
+    Preempt,
+    Prefill,
+    RequestOutput,
+    Resume,
+    Token,
+)
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation, Refused
 
@@ -51,11 +66,14 @@ def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_
         CacheConfig,
         DeviceConfig,
         KVEventsConfig,
+        KVTransferConfig,
         LoRAConfig,
         ModelConfig,
         SchedulerConfig,
         VllmConfig,
     )
+
+    from loopcheck.adapters import vllm_kv_connector  # (imports vLLM: after the logging level is set)
 
     sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                             max_model_len=65536, enable_chunked_prefill=True, is_encoder_decoder=False,
@@ -64,9 +82,12 @@ def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_
                         max_model_len=65536)
     cache = CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching)
     events = KVEventsConfig(enable_kv_cache_events=True, publisher="null")   # (read after each schedule())
+    transfer = KVTransferConfig(kv_connector=vllm_kv_connector.CONNECTOR, kv_role="kv_consumer",
+                                kv_connector_module_path=vllm_kv_connector.__name__,
+                                kv_load_failure_policy="recompute")
     return VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
                       device_config=DeviceConfig(device="cpu"), kv_events_config=events,
-                      lora_config=LoRAConfig(max_loras=max_loras, max_lora_rank=8))
+                      lora_config=LoRAConfig(max_loras=max_loras, max_lora_rank=8), kv_transfer_config=transfer)
 
 
 class VllmSUT:
@@ -74,6 +95,7 @@ class VllmSUT:
 
     def __init__(self, cfg: Config) -> None:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")   # before vLLM's first import
+        logging.getLogger("vllm").setLevel(logging.ERROR)   # (also where vLLM leaves its loggers unconfigured)
         import torch
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.v1.core.sched.scheduler import Scheduler
@@ -83,7 +105,8 @@ class VllmSUT:
         self.cfg = cfg
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
                                          pinned=PINNED, block_tables=True, code=("vllm.v1.core",),
-                                         refuses=("prompt_only",), cached_pages=True, features=("lora", "grammar"))
+                                         refuses=("prompt_only",), cached_pages=True,
+                                         features=("lora", "grammar", "kv_transfer"))
         bs = cfg.block_size
         long_prefill = cfg.prefill_chunk_size if cfg.prefill_chunk_size < cfg.max_num_batched_tokens else 0
         if cfg.max_num_batched_tokens < cfg.max_num_seqs:
@@ -104,6 +127,8 @@ class VllmSUT:
 
         init_none_hash(sha256_cbor)
         self.hasher = get_request_block_hasher(bs, sha256_cbor)
+        self.connector = self.scheduler.connector
+        self.loaded: dict[str, int] = {}   # request -> where its load started, until it is admitted (none if failed)
         self.pending: list[tuple[RequestSpec, Any]] = []   # (request, its vLLM SamplingParams)
         self.aborts: list[str] = []
         self.outputs: dict[str, RequestOutput] = {}
@@ -165,6 +190,8 @@ class VllmSUT:
         request = Request(request_id=spec.rid, prompt_token_ids=list(spec.prompt), sampling_params=params,
                           pooling_params=None, priority=spec.priority, lora_request=lora,
                           arrival_time=float(self.steps) + len(self.outputs) * 1e-6, block_hasher=self.hasher)
+        if spec.kv_load_steps is not None:
+            self.connector.offer(spec.rid, spec.kv_load_steps, spec.kv_load_fails)
         if request.use_structured_output:   # (as vLLM's engine core does before the scheduler sees it)
             self.compiler.label, self.compiler.due = spec.rid, spec.ready_at()
             self.scheduler.structured_output_manager.grammar_init(request)
@@ -189,6 +216,7 @@ class VllmSUT:
                 self.outputs[rid].finish_reason = "abort"
         self.requesters = {}
         self.compiler.run_due(self.steps)
+        self.connector.step = self.steps
         so = self.scheduler.schedule()
         self.scheduler.get_grammar_bitmask(so)   # (as the engine core asks before the model runs; all allowed)
         self._name_pages()
@@ -197,6 +225,9 @@ class VllmSUT:
             self.preempted.add(rid)
             by = self.requesters.get(rid)
             events.append(Preempt(rid, by if by in self.outputs else None))
+        for rid, load in self.connector.take_started():
+            self.loaded[rid] = load.start
+            events.append(Load(rid, load.start, load.end))
         reqs = self.scheduler.requests
         new = {r.req_id for r in so.scheduled_new_reqs} | set(getattr(so.scheduled_cached_reqs, "resumed_req_ids",
                                                                         ()) or ())
@@ -207,7 +238,7 @@ class VllmSUT:
             r, n = reqs[rid], so.num_scheduled_tokens[rid]
             start = r.num_computed_tokens - n
             if rid in new:
-                hits = start // bs
+                hits = self.loaded.pop(rid, start) // bs   # (a load's positions are no prefix hits)
                 if rid in self.preempted:
                     self.preempted.discard(rid)
                     events.append(Resume(rid, hits, 0))
@@ -219,8 +250,11 @@ class VllmSUT:
                 sampled.append([])
             if start < r.num_tokens - 1 or n > 1:
                 events.append(Prefill(rid, start, start + n))
+        transfers, failed = self.connector.finished()
+        for rid in failed:
+            self.loaded.pop(rid, None)
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-                                sampled_token_ids=sampled)
+                                sampled_token_ids=sampled, kv_connector_output=transfers)
         engine_out = self.scheduler.update_from_output(so, mro)
         for client_out in engine_out.values():
             for o in client_out.outputs:
@@ -242,7 +276,7 @@ class VllmSUT:
         key = (tuple((rid, int(r.status), r.num_computed_tokens, len(r.output_token_ids))
                      for rid, r in sorted(s.requests.items())),
                tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free_ids,
-               self.compiler.pending(self.steps))
+               self.compiler.pending(self.steps), self.connector.pending(), tuple(sorted(self.loaded.items())))
         return Observation(blocks_held=self.cfg.num_blocks - len(free_ids), kv_errors=self._kv_errors(free_ids),
                            outputs=self.outputs, unfinished=bool(self.pending) or s.has_unfinished_requests(),
                            state_key=key, block_tables=self._block_tables(), cached_pages=self._cached_pages(),
@@ -296,7 +330,8 @@ class VllmSUT:
         holders: Counter[int] = Counter()
         for manager in self.scheduler.kv_cache_manager.coordinator.single_type_managers:
             for rid, blocks in manager.req_to_blocks.items():
-                if self.outputs.get(rid) is not None and self.outputs[rid].finish_reason is not None and blocks:
+                if (self.outputs.get(rid) is not None and self.outputs[rid].finish_reason is not None and blocks
+                        and rid not in self.connector.transfers):   # (held until its load ends, as vLLM does)
                     return [f"finished request {rid} still holds {len(blocks)} blocks"]
                 holders.update(b.block_id for b in blocks if not b.is_null)
         errors = [f"block {b.block_id}: ref count {b.ref_cnt} != {holders[b.block_id]} holders"

@@ -183,6 +183,17 @@ VLLM_MUTANTS = [
        "            if not struct_output_req:\n                return False"),)),
     ("skipped requests are not put back",
      ((SCHED_V, "                self.waiting.prepend_requests(step_skipped_waiting)", "                pass"),)),
+    # the KV transfer path (a KV connector's asynchronous loads)
+    ("a loading request's blocks are cached at once",
+     ((SCHED_V, "delay_cache_blocks=load_kv_async,", "delay_cache_blocks=False,"),)),
+    ("a failed load is taken as loaded",
+     ((SCHED_V, "                request.num_computed_tokens = idx * self.block_size",
+       "                request.num_computed_tokens = req_num_computed_tokens"),)),
+    ("an ended load is not noticed",
+     ((SCHED_V, "                self.finished_recving_kv_req_ids.add(req_id)", "                pass"),)),
+    ("an aborted load's blocks are freed at once",
+     ((SCHED_V, "                delay_free_blocks = (\n                    self.deferred_loads.pop(",
+       "                delay_free_blocks = False and (\n                    self.deferred_loads.pop("),)),
 ]
 
 LMDEPLOY_PAGING = "lmdeploy.pytorch.paging."

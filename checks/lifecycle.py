@@ -13,7 +13,7 @@ from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, SUBMITTED, W
 # The statuses (as the events so far report them) in which each event may come.
 ALLOWED = {"arrive": {SUBMITTED}, "reject": {WAITING}, "abort": {SUBMITTED, WAITING, RUNNING, PREEMPTED},
            "admit": {WAITING}, "resume": {PREEMPTED}, "preempt": {RUNNING}, "rewind": {RUNNING},
-           "prefill": {RUNNING}, "token": {RUNNING}, "publish": {RUNNING},
+           "prefill": {RUNNING}, "token": {RUNNING}, "publish": {RUNNING}, "load": {WAITING, PREEMPTED},
            "finish": {SUBMITTED, WAITING, RUNNING, PREEMPTED}}
 
 
@@ -284,43 +284,3 @@ class CachedPages(Check):
                 self.broke(Violation("prefix-hits", f"the prefix cache holds page {len(page) // bs - 1} of tokens "
                                                     f"{list(page)} (positions 0..{len(page)}), which no request has "
                                                     f"computed", rule="cached-page"))
-
-
-class Grammars(Check):
-    """A structured-output request (`RequestSpec.grammar_ready`) gets no token
-    before its grammar is compiled (the step `ready_at` names; never, for one
-    never compiled); where the system lists block tables, it holds no KV block
-    while its grammar is not compiled (waiting for it, it would keep blocks from
-    requests that are ready, for ever if it is never ready); and once compiled,
-    a request that fits the pool does not stay waiting for `within` steps in a
-    row in which no request computes (the system idles beside it; one step is
-    allowed for a scheduler that looks for compiled grammars after its pass)."""
-
-    props = ("grammar",)
-
-    def __init__(self, within: int = 2) -> None:
-        self.within = within
-        self.idle: dict[str, int] = {}   # a compiled, still waiting request -> idle steps in a row beside it
-
-    def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
-        step, view = run.t - 1, run.view
-        for e in events:
-            if isinstance(e, Token):
-                ready = view.requests[e.rid].spec.ready_at()
-                if ready is None or step < ready:
-                    when = "never compiled" if ready is None else f"compiled at step {ready}"
-                    self.broke(Violation("grammar", f"{e.rid} got a token at step {step}; its grammar is {when}",
-                                         rule="token-before-ready"))
-        for rid, pages in obs.block_tables.items():
-            ready = view.requests[rid].spec.ready_at() if rid in view.requests else step
-            if pages and any(pages) and (ready is None or step < ready):
-                self.broke(Violation("grammar", f"{rid} holds KV blocks after step {step} while its grammar is "
-                                                "not compiled", rule="holds-blocks-unready"))
-        compiled = [r for r in view.requests.values() if r.spec.grammar_ready is not None and r.status == WAITING
-                    and (ready := r.spec.ready_at()) is not None and ready <= step
-                    and lifetime_blocks(r.spec, run.cfg) <= run.cfg.num_blocks]
-        self.idle = {r.spec.rid: self.idle.get(r.spec.rid, 0) + 1 for r in compiled if not view.worked}
-        for rid, steps in self.idle.items():
-            if steps >= self.within:
-                self.broke(Violation("grammar", f"{rid}'s grammar is compiled and it fits the pool, but it waited "
-                                                f"{steps} steps in a row in which nothing ran", rule="ready-idle"))

@@ -11,9 +11,8 @@ from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.needs import admission_blocks, lifetime_blocks, never_fits
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event, Finish, Preempt
-from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Observation
-from loopcheck.sut.view import FINISHED, PREEMPTED, RUNNING, WAITING
+from loopcheck.sut.view import FINISHED, PREEMPTED, RUNNING, WAITING, RequestView
 
 
 class Progress(Check):
@@ -120,12 +119,13 @@ class PriorityWaiting(Check):
         running = set(view.worked) | {rid for rid, status in before.items() if status == RUNNING}
         loras = {view.requests[x].spec.lora for x in running} - {0}
 
-        def may_run(spec: RequestSpec) -> bool:   # by its grammar and its LoRA adapter
-            ready = spec.ready_at()
-            return (ready is not None and ready < run.t and (spec.lora in loras | {0} or len(loras) < cfg.max_loras))
+        def may_run(r: RequestView) -> bool:   # by its grammar, its KV load and its LoRA adapter
+            spec, ready = r.spec, r.spec.ready_at()
+            return (ready is not None and ready < run.t and (r.load is None or r.load.ended(run.t - 1))
+                    and (spec.lora in loras | {0} or len(loras) < cfg.max_loras))
 
         waiting = [r for r in view.requests.values() if before.get(r.spec.rid) in (WAITING, PREEMPTED)
-                   and r.status in (WAITING, PREEMPTED) and may_run(r.spec)]
+                   and r.status in (WAITING, PREEMPTED) and may_run(r)]
         if not waiting:
             self.streak = None
             return

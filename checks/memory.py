@@ -54,8 +54,9 @@ def asked(run: RunView) -> Hashable:
     """What was asked of each unfinished request that later judgements read: its
     prompt, max_tokens and stop token, its priority where the system claims
     priority scheduling (else no check reads it), whether it was aborted, its
-    LoRA adapter, and the steps left until its grammar is compiled (0: ready or
-    none; None: never)."""
+    LoRA adapter, the steps left until its grammar is compiled (0: ready or
+    none; None: never), and the KV load it asks for (the view holds one that
+    started)."""
     caps = run.caps
 
     def grammar_left(s: RequestSpec) -> int | None:
@@ -64,6 +65,7 @@ def asked(run: RunView) -> Hashable:
 
     return tuple((s.prompt, s.max_tokens, s.stop_token, s.priority if caps.priorities else None,
                   s.abort_at is not None, s.lora, grammar_left(s))
+                 + ((s.kv_load_steps, s.kv_load_fails) if s.kv_load_steps is not None else ())
                  for s in run.specs if run.view.requests[s.rid].finish is None)
 
 

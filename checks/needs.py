@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from loopcheck.model.config import Config
 from loopcheck.model.reference import ceil_div, never_fits, total_pages
 from loopcheck.model.workload import RequestSpec
-from loopcheck.sut.view import RequestView
+from loopcheck.sut.view import RUNNING, RequestView
 
 __all__ = ["admission_blocks", "covered_blocks", "held_at_most", "lifetime_blocks", "never_fits"]
 
@@ -45,13 +45,24 @@ def covered_blocks(running: Iterable[RequestView], cfg: Config) -> int:
     return len(pages) * cfg.planes
 
 
-def held_at_most(running: Iterable[RequestView], cfg: Config) -> int:
-    """The most blocks running requests may hold by the trace: under upfront
-    allocation each its lifetime's, else the pages under its `reach` (those of
-    the positions its work so far wrote, which incremental allocation grows to
-    before each work item), each page `planes` blocks, none shared. Waiting,
-    preempted (recomputed, or snapshotted to the CPU) and finished requests hold
-    none; cache-only pages count as free."""
-    if cfg.allocation == "upfront":
-        return sum(lifetime_blocks(r.spec, cfg) for r in running)
-    return sum(ceil_div(r.reach or 0, cfg.block_size) for r in running) * cfg.planes
+def held_at_most(requests: Iterable[RequestView], cfg: Config) -> int:
+    """The most blocks `requests` may hold by the trace. A running request:
+    under upfront allocation its lifetime's, else the pages under its `reach`
+    (those of the positions its work so far wrote, which incremental allocation
+    grows to before each work item) or under the end of the KV load it was
+    admitted with (`RequestView.load`), if further. Any other request: the pages
+    under the end of its KV load, while it waits for it or after it, or while
+    the load of a finished one is still in flight (the store writes them);
+    else none (waiting, preempted, recomputed or snapshotted to the CPU,
+    finished). Each page `planes` blocks, none shared; cache-only pages count as
+    free."""
+    most = 0
+    for r in requests:
+        loaded = r.load.end if r.load is not None else 0
+        if r.status != RUNNING:
+            most += ceil_div(loaded, cfg.block_size) * cfg.planes
+        elif cfg.allocation == "upfront":
+            most += lifetime_blocks(r.spec, cfg)
+        else:
+            most += ceil_div(max(r.reach or 0, loaded), cfg.block_size) * cfg.planes
+    return most

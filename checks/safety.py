@@ -43,7 +43,8 @@ class KvConservation(Check):
     request cannot attend to positions it holds no blocks for) and at most
     what they may hold (`held_at_most`: blocks of a finished, preempted or
     unadmitted request, or past the allocation policy's need, are a leak while
-    they last), and nothing is held once every request has finished."""
+    they last, but for those of KV loads), and nothing is held once every
+    request has finished (and every KV load has ended)."""
 
     props = ("kv-conservation", "kv-coverage", "kv-excess")
 
@@ -56,7 +57,7 @@ class KvConservation(Check):
         if obs.blocks_held > run.cfg.num_blocks or obs.blocks_held < 0:
             self.broke(Violation("kv-conservation", f"{obs.blocks_held} blocks held of a pool of "
                                                     f"{run.cfg.num_blocks}", rule="held-out-of-range"))
-        if not run.view.unfinished() and obs.blocks_held:
+        if not run.view.unfinished() and not run.view.in_flight and obs.blocks_held:
             self.broke(Violation("kv-conservation", f"every request finished, but {obs.blocks_held} blocks "
                                                     "are still held", rule="held-after-finish"))
         running = [r for r in run.view.open.values() if r.status == RUNNING]
@@ -68,11 +69,14 @@ class KvConservation(Check):
         if obs.blocks_held < covered:
             self.broke(Violation("kv-coverage", f"the running requests have KV for positions ({reached()}) that take "
                                                 f"at least {covered} blocks, but {obs.blocks_held} are held"))
-        most = held_at_most(running, run.cfg)
+        most = held_at_most(run.view.holders(), run.cfg)
         if obs.blocks_held > most:
+            loads = [f"{r.spec.rid} 0..{r.load.end}" for r in run.view.holders() if r.load is not None]
             self.broke(Violation("kv-excess", f"{obs.blocks_held} blocks held, but the running requests (positions "
                                               f"{reached()}) hold at most {most} under {run.cfg.allocation} "
-                                              "allocation: the rest is held by no running request"))
+                                              "allocation" + (f" with their KV loads ({', '.join(loads)})"
+                                                              if loads else "")
+                                 + ": the rest is held by no running request"))
 
     def at_end(self, run: RunView, obs: Observation) -> None:
         if obs.blocks_held:

@@ -28,6 +28,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "futility-guard": ("entry-dropped", "entry-stays", "entry-without-futility", "futile-unrecorded",
                        "policy-keeps-entries"),
     "grammar": ("holds-blocks-unready", "ready-idle", "token-before-ready"),
+    "kv-load": ("before-loaded", "past-known", "ready-idle", "unasked"),
     "kv-conservation": ("held-after-drain", "held-after-finish", "held-out-of-range", "lockstep", "reported-errors"),
     "kv-tables": ("block-twice", "block-two-pages", "listed-counted-free", "page-blocks", "page-count",
                   "shared-differ", "shared-unwritten"),

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loopcheck.checks.base import DRIVER_PROPERTIES, Check
+from loopcheck.checks.blocked import Grammars, KvLoads
 from loopcheck.checks.futility import GuardedFutility
-from loopcheck.checks.lifecycle import Aborts, CachedPages, Grammars, Lifecycle, PrefixHits, PromptOnly, Work
+from loopcheck.checks.lifecycle import Aborts, CachedPages, Lifecycle, PrefixHits, PromptOnly, Work
 from loopcheck.checks.liveness import NeverFitRejected, PriorityVictims, PriorityWaiting, Progress
 from loopcheck.checks.lockstep import Lockstep, ModelBounds
 from loopcheck.checks.outputs import OutputEquivalence, ReportedOutputs
@@ -26,10 +27,10 @@ MODES = ("property", "lockstep")
 
 def property_checks(outputs: bool = True) -> list[Check]:
     """Fresh instances of every property check (checks hold per-run state)."""
-    checks: list[Check] = [Lifecycle(), Work(), Grammars(), PromptOnly(), PrefixHits(), CachedPages(), Aborts(), Caps(),
-                           KvTables(), KvHitBlocks(), KvConservation(), Progress(), NeverFitRejected(),
-                           PriorityWaiting(), PriorityVictims(), GuardedFutility(), DocumentedRules(), VictimOrders(),
-                           ReportedOutputs()]
+    checks: list[Check] = [Lifecycle(), KvLoads(), Work(), Grammars(), PromptOnly(), PrefixHits(), CachedPages(),
+                           Aborts(), Caps(), KvTables(), KvHitBlocks(), KvConservation(), Progress(),
+                           NeverFitRejected(), PriorityWaiting(), PriorityVictims(), GuardedFutility(),
+                           DocumentedRules(), VictimOrders(), ReportedOutputs()]
     return checks + ([OutputEquivalence()] if outputs else [])
 
 

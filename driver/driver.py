@@ -22,7 +22,7 @@ from loopcheck.driver.coverage import EdgeCoverage
 from loopcheck.model.bounds import work_units
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.events import Event, GenericEventError
+from loopcheck.model.events import Event, GenericEventError, Load
 from loopcheck.model.simulate import Counters
 from loopcheck.model.workload import InputSchedule, RequestSpec, Workload
 from loopcheck.sut.code import Frame, code_paths, innermost, place, site
@@ -244,6 +244,10 @@ class Driver:
         events = check_events(self._call("step", self.sut.step), self.view.requests)
         self.obs = check_observation(self._call("observe", self.sut.observe), self.view.requests)
         self.view.fold(events)
+        for e in events:
+            load = self.view.requests[e.rid].load if isinstance(e, Load) else None
+            if load is not None:   # (it ends then: an input to come, as a grammar's compilation is)
+                self.inputs_until = max(self.inputs_until, load.ends_at)
         registered = self.obs.registered_pages if self.view.keep_pages else []   # (judged against computed pages)
         uncomputed = [page for page in registered if hash(page) not in self.view.computed_pages]
         cached = set(self.obs.cached_pages) if uncomputed else set()   # (a set of the cache only when needed)
@@ -259,11 +263,12 @@ class Driver:
 
     def drained(self) -> bool:
         """Every submitted request finished, by the events and by the SUT's own
-        word, but those that wait for an input that never comes (`never_ready`):
+        word, and no KV load in flight (a finished request's blocks are held
+        until it ends), but those that wait for an input that never comes (`never_ready`):
         while one waits, the events alone say, and only after a step with no
         event since the last input (the system left them waiting)."""
         waiting = self.never_ready()
-        if not set(self.view.open) <= waiting:
+        if not set(self.view.open) <= waiting or self.view.loading(self.t):
             return False
         return not self.obs.unfinished if not waiting else self.t > self.last_input and not self.trace[-1]
 

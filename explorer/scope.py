@@ -16,7 +16,9 @@ A scope declares
   stop token the request is never given, so it runs to max_tokens watched for
   one), a LoRA adapter (`loras`: 0 for the base model) and a structured-output
   choice (`grammars`: None, none; k, its grammar is compiled k steps after it
-  arrives; `"never"`, never compiled); shapes using a deployment feature the
+  arrives; `"never"`, never compiled) and a KV load (`kv_loads`: None, none;
+  k, its prompt's KV is loaded from an external store in k steps; `"fail"`,
+  that load fails after one step); shapes using a deployment feature the
   system does not claim (`Capabilities.features`) are left out;
 - the inputs: before each of the first `horizon` steps, up to `arrivals_per_step`
   new requests (of any shapes, in any order, `max_requests` in all) and, with
@@ -44,6 +46,7 @@ from loopcheck.model.workload import check_keys, parse_json
 SCHEMA = "loopcheck/scope@1"
 MOST = "most"   # a max_tokens choice: the largest the request fits the pool and the system takes with
 NEVER = "never"   # a stop choice: a stop token the request is never given (it runs to max_tokens, watched)
+FAIL = "fail"     # a KV load choice: the load fails after one step
 MAX_UNITS = 100_000   # configs x first inputs: beyond, a scope file is a typo
 
 
@@ -59,6 +62,7 @@ class Scope:
     stops: tuple[int | str | None, ...] = (None,)   # None, an index k, or NEVER
     loras: tuple[int, ...] = (0,)                    # LoRA adapter ids (0: the base model)
     grammars: tuple[int | str | None, ...] = (None,)  # None (no structured output), k steps to compile, or NEVER
+    kv_loads: tuple[int | str | None, ...] = (None,)  # None (nothing to load), k steps to load, or FAIL
     max_requests: int = 2
     arrivals_per_step: int = 1
     aborts: bool = False
@@ -83,7 +87,7 @@ class Scope:
         data = asdict(self)
         data["configs"] = {name: list(values) for name, values in self.configs}
         data["prompts"] = [list(p) for p in self.prompts]
-        for name in ("max_tokens", "priorities", "stops", "loras", "grammars"):
+        for name in ("max_tokens", "priorities", "stops", "loras", "grammars", "kv_loads"):
             data[name] = list(data[name])
         return {"schema": SCHEMA, **data}
 
@@ -142,6 +146,7 @@ def scope_from_json(data: Any, name: str) -> Scope:
         stops=_ints("scope.stops", data.get("stops", [None]), 0, 63, none=True, word=NEVER),
         loras=_ints("scope.loras", data.get("loras", [0]), 0, 64),
         grammars=_ints("scope.grammars", data.get("grammars", [None]), 0, 32, none=True, word=NEVER),
+        kv_loads=_ints("scope.kv_loads", data.get("kv_loads", [None]), 1, 32, none=True, word=FAIL),
         aborts=_bool("scope.aborts", data.get("aborts", False)),
         **{key: _int(f"scope.{key}", data.get(key, getattr(Scope, key)), *bounds)
            for key, bounds in _INT_FIELDS.items()})
@@ -157,7 +162,7 @@ MAX_BLOCKS = 4096   # (only to validate one field at a time against a config tha
 def shapes_upper_bound(scope: Scope) -> list[tuple]:
     """The request shapes before stop choices are resolved on a system."""
     return list(itertools.product(scope.prompts, scope.max_tokens, scope.priorities, scope.stops, scope.loras,
-                                  scope.grammars))
+                                  scope.grammars, scope.kv_loads))
 
 
 def _int(where: str, value: Any, low: int, high: int) -> int:
@@ -207,6 +212,14 @@ PRESETS: dict[str, Scope] = {
                  "prefill_chunk_size": [2], "prefix_caching": [False, True], "priority_preemption": [True],
                  "max_loras": [1]},
         prompts=[[1, 1], [1, 1, 2]], max_tokens=[1, MOST], loras=[0, 1, 2], grammars=[None, 1, NEVER],
+        max_requests=2, aborts=True, horizon=3, max_steps=40),
+    # KV transfer (loads of one or two steps, failed loads) on features' configs, beside grammars compiled a
+    # step late: a request blocked on one input beside one blocked on another
+    "kv": _preset(
+        "kv",
+        configs={"num_blocks": [4, 7], "block_size": [2], "max_num_seqs": [1, 2], "max_num_batched_tokens": [4],
+                 "prefill_chunk_size": [2], "prefix_caching": [False, True], "priority_preemption": [True]},
+        prompts=[[1, 1], [1, 1, 2]], max_tokens=[1, MOST], grammars=[None, 1], kv_loads=[None, 1, 2, FAIL],
         max_requests=2, aborts=True, horizon=3, max_steps=40),
     # focused presets: three requests, few configs, each explored in minutes on every shipped system
     "prefix": _preset(

@@ -37,7 +37,7 @@ from loopcheck.checks.needs import never_fits
 from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.coverage import EdgeCoverage
 from loopcheck.driver.driver import Driver, RunEnded, run_workload
-from loopcheck.explorer.scope import MOST, NEVER, Scope, shapes_upper_bound
+from loopcheck.explorer.scope import FAIL, MOST, NEVER, Scope, shapes_upper_bound
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event
@@ -65,10 +65,13 @@ class Shape:
     stop_token: int | None
     lora: int = 0
     grammar_ready: int | None = None
+    kv_load_steps: int | None = None
+    kv_load_fails: bool = False
 
     def spec(self, rid: str) -> RequestSpec:
         return RequestSpec(rid, self.prompt, self.max_tokens, priority=self.priority, stop_token=self.stop_token,
-                           lora=self.lora, grammar_ready=self.grammar_ready)
+                           lora=self.lora, grammar_ready=self.grammar_ready, kv_load_steps=self.kv_load_steps,
+                           kv_load_fails=self.kv_load_fails)
 
 
 @dataclass(frozen=True)
@@ -137,12 +140,14 @@ def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabil
     probed: dict[tuple[tuple[int, ...], int], list[int]] = {}
     cap = scope.max_steps // (2 * scope.max_requests)   # (so that every workload can drain within max_steps)
     most = {p: most_tokens(factory, cfg, p, cap) for p in scope.prompts} if MOST in scope.max_tokens else {}
-    for prompt, choice, priority, stop, lora, grammar in shapes_upper_bound(scope):
+    for prompt, choice, priority, stop, lora, grammar, kv_load in shapes_upper_bound(scope):
         max_tokens = most[prompt] if choice == MOST else choice
         if max_tokens is None:
             continue
         ready = None if grammar is None else GRAMMAR_NEVER if grammar == NEVER else grammar
-        if not RequestSpec("r", prompt, 1, lora=lora, grammar_ready=ready).features <= set(caps.features):
+        load_steps = None if kv_load is None else 1 if kv_load == FAIL else kv_load
+        shape = Shape(prompt, max_tokens, priority, None, lora, ready, load_steps, kv_load == FAIL)
+        if not shape.spec("r").features <= set(caps.features):
             continue
         if (max_tokens == 0 and "prompt_only" in caps.refuses) or (stop is not None and "stop_tokens" in caps.refuses):
             continue
@@ -156,7 +161,7 @@ def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabil
             token = stop_token(stop, probed[key], cfg.vocab_size)
             if token is None:
                 continue
-        shape = Shape(prompt, max_tokens, priority, token, lora, ready)
+        shape = replace(shape, stop_token=token)
         if shape not in out:
             out.append(shape)
     return tuple(out)

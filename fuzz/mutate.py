@@ -60,6 +60,8 @@ class Limits:
             return False
         if s.grammar == OFF and any(r.grammar_ready is not None for r in w.requests):
             return False
+        if s.kv_transfer == OFF and any(r.kv_load_steps is not None for r in w.requests):
+            return False
         return all(max(r.prompt) < cfg.vocab_size and 0 < len(r.prompt) <= MAX_PROMPT
                    and (r.stop_token is None or 0 <= r.stop_token < cfg.vocab_size) for r in w.requests)
 
@@ -231,6 +233,14 @@ def switch_grammar(w: Workload, rng: random.Random) -> Workload | None:
     return with_request(w, i, replace(r, grammar_ready=rng.choice((None, NEVER, 0, 1, 2, 4))))
 
 
+def switch_kv_load(w: Workload, rng: random.Random) -> Workload | None:
+    """A request's KV load changed: none, or one taking 1 to 3 steps that
+    loads or fails."""
+    i, r = _pick(w, rng)
+    steps = rng.choice((None, 1, 2, 3))
+    return with_request(w, i, replace(r, kv_load_steps=steps, kv_load_fails=steps is not None and rng.random() < 0.5))
+
+
 def flip_switch(w: Workload, rng: random.Random) -> Workload | None:
     field = rng.choice(("prefix_caching", "priority_preemption"))
     return _config(w, **{field: not getattr(w.config, field)})
@@ -252,6 +262,8 @@ def mutations(limits: Limits) -> tuple[Mutation, ...]:
         extra.append(switch_lora)
     if limits.shape.grammar == ON:
         extra.append(switch_grammar)
+    if limits.shape.kv_transfer == ON:
+        extra.append(switch_kv_load)
     return REQUEST_MUTATIONS + tuple(extra) + CONFIG_MUTATIONS
 
 

@@ -84,6 +84,12 @@ def candidates(w: Workload, lives: dict[str, int]) -> Iterator[Workload]:
             yield with_request(w, i, replace(r, grammar_ready=None))
         if r.grammar_ready not in (None, 0):
             yield with_request(w, i, replace(r, grammar_ready=0))
+        if r.kv_load_steps is not None:
+            yield with_request(w, i, replace(r, kv_load_steps=None, kv_load_fails=False))
+        if r.kv_load_fails:
+            yield with_request(w, i, replace(r, kv_load_fails=False))
+        if r.kv_load_steps not in (None, 1):
+            yield with_request(w, i, replace(r, kv_load_steps=1))
 
 
 @dataclass

@@ -36,7 +36,9 @@ class Shape:
       max_loras 1 or 2 (on/off; drawn only for a system whose capabilities
       claim the feature, as is each deployment feature);
     grammar: structured-output requests whose grammar is compiled 0 to 4 steps
-      after they arrive, or never (on/off).
+      after they arrive, or never (on/off);
+    kv_transfer: requests whose prompt's KV is loaded from an external store,
+      the load taking 1 to 3 steps, one in three of them failing (on/off).
     """
 
     priorities: str | int = ON
@@ -47,6 +49,7 @@ class Shape:
     prompt_only: str = ON
     lora: str = ON
     grammar: str = ON
+    kv_transfer: str = ON
 
     @classmethod
     def parse(cls, text: str) -> Shape:
@@ -209,6 +212,9 @@ def request_bodies(draw: st.DrawFn, prefixes: tuple[tuple[int, ...], ...] = (), 
         body["lora"] = draw(st.integers(0, 3))
     if shape.grammar == ON:
         body["grammar_ready"] = draw(st.none() | st.integers(NEVER, 4))
+    if shape.kv_transfer == ON:
+        body["kv_load_steps"] = draw(st.none() | st.integers(1, 3))
+        body["kv_load_fails"] = body["kv_load_steps"] is not None and draw(st.integers(0, 2)) == 2
     return body
 
 

@@ -135,6 +135,20 @@ class Prefill(Event, metaclass=_KindType):
 
 
 @dataclass(frozen=True)
+class Load(Event, metaclass=_KindType):
+    """The request, waiting or preempted, started loading the KV of positions
+    [start, end) from an external store (a KV connector): it holds blocks for
+    positions 0..end from now on. The load ends `RequestSpec.kv_load_steps`
+    steps later, the step it started in counted: its positions are valid from
+    the next step on, or, for a load that fails (`kv_load_fails`), none of them
+    is; the request is then admitted or resumed to compute what it lacks."""
+
+    start: int
+    end: int
+    kind: ClassVar[str] = "load"
+
+
+@dataclass(frozen=True)
 class Token(Event, metaclass=_KindType):
     """The request's token number `index` (0-based) was sampled: `token_id`, exiting
     at depth `exit_depth` (1 without looped models)."""
@@ -163,7 +177,7 @@ class Finish(Event, metaclass=_KindType):
 
 FINISH_REASONS = ("length", "stop", "abort", "rejected")
 BY_KIND: dict[str, type[Event]] = {cls.kind: cls for cls in (
-    Arrive, Reject, Abort, Admit, Resume, Preempt, Rewind, Prefill, Token, Publish, Finish)}
+    Arrive, Reject, Abort, Admit, Resume, Preempt, Rewind, Prefill, Token, Publish, Finish, Load)}
 KINDS = tuple(BY_KIND)
 for _cls in BY_KIND.values():
     _cls.names = tuple(f.name for f in fields(_cls))[1:]

@@ -29,7 +29,11 @@ class RequestSpec:
     capabilities claim): `lora`, the LoRA adapter it is served with (0: the
     base model); `grammar_ready`, for a request with structured output, the
     steps after its arrival at which its grammar is compiled and it may be
-    scheduled (NEVER: the grammar is never ready; None: no structured output).
+    scheduled (NEVER: the grammar is never ready; None: no structured output);
+    `kv_load_steps`, for a request whose prompt's KV is in an external store
+    (a KV connector: another instance's prefill, an offload tier), the steps
+    its load takes once the system starts it (None: nothing to load), and
+    `kv_load_fails`, that load fails when it ends (nothing of it is valid).
     """
 
     rid: str
@@ -43,12 +47,14 @@ class RequestSpec:
     script_exit_depths: tuple[int, ...] = ()
     lora: int = 0
     grammar_ready: int | None = None
+    kv_load_steps: int | None = None
+    kv_load_fails: bool = False
 
     @property
     def features(self) -> frozenset[str]:
         """The deployment features this request uses (names of `FEATURES`)."""
-        return frozenset(name for name, used in (("lora", self.lora != 0), ("grammar", self.grammar_ready is not None))
-                         if used)
+        return frozenset(name for name, used in (("lora", self.lora != 0), ("grammar", self.grammar_ready is not None),
+                                                  ("kv_transfer", self.kv_load_steps is not None)) if used)
 
     def ready_at(self) -> int | None:
         """The step from which it may be scheduled, by its own inputs (its
@@ -84,16 +90,22 @@ class RequestSpec:
             out["lora"] = self.lora
         if self.grammar_ready is not None:
             out["grammar_ready"] = self.grammar_ready
+        if self.kv_load_steps is not None:
+            out["kv_load_steps"] = self.kv_load_steps
+        if self.kv_load_fails:
+            out["kv_load_fails"] = True
         return out
 
 
 _REQUEST_KEYS = {"id", "prompt", "max_tokens", "arrival", "priority", "stop_token",
-                 "abort_at", "script_tokens", "script_exit_depths", "lora", "grammar_ready"}
-FEATURES = ("lora", "grammar")   # the deployment features a request may use (`RequestSpec.features`)
+                 "abort_at", "script_tokens", "script_exit_depths", "lora", "grammar_ready",
+                 "kv_load_steps", "kv_load_fails"}
+FEATURES = ("lora", "grammar", "kv_transfer")   # the deployment features a request may use (`RequestSpec.features`)
 NEVER = -1                       # `grammar_ready`: the grammar is never compiled
 
 
 MAX_STEP = 10**6        # arrival and abort steps: beyond, every run would be that long
+MAX_LOAD_STEPS = 64     # kv_load_steps: at most
 MAX_VALUE = 2**31 - 1
 
 
@@ -148,6 +160,14 @@ def request_from_json(data: Any, index: int, config: Config) -> RequestSpec:
     arrival = _int(f"{where}.arrival", data.get("arrival", 0), 0, MAX_STEP)
     if abort_at is not None and _int(f"{where}.abort_at", abort_at, 0, MAX_STEP) < arrival:
         raise WorkloadError(f"{where}.abort_at: must be >= arrival ({arrival}), got {abort_at}")
+    load_steps = data.get("kv_load_steps")
+    if load_steps is not None:
+        _int(f"{where}.kv_load_steps", load_steps, 1, MAX_LOAD_STEPS)
+    load_fails = data.get("kv_load_fails", False)
+    if not isinstance(load_fails, bool):
+        raise WorkloadError(f"{where}.kv_load_fails: must be true or false, got {json.dumps(load_fails)}")
+    if load_fails and load_steps is None:
+        raise WorkloadError(f"{where}.kv_load_fails: needs kv_load_steps (a load that fails is one that starts)")
     return RequestSpec(
         rid=rid,
         prompt=prompt,
@@ -164,6 +184,8 @@ def request_from_json(data: Any, index: int, config: Config) -> RequestSpec:
         lora=_int(f"{where}.lora", data.get("lora", 0), 0),
         grammar_ready=None if data.get("grammar_ready") is None
         else _int(f"{where}.grammar_ready", data["grammar_ready"], NEVER, MAX_STEP),
+        kv_load_steps=load_steps,
+        kv_load_fails=load_fails,
     )
 
 

@@ -114,7 +114,9 @@ class Capabilities:
       so its adapter never mentions them.
     features: the deployment features the system runs (`FEATURES`: "lora",
       requests served with LoRA adapters, at most `Config.max_loras` a step;
-      "grammar", structured-output requests that wait for their grammar). Only
+      "grammar", structured-output requests that wait for their grammar;
+      "kv_transfer", requests whose prompt's KV it loads from an external
+      store, reporting each load's start with a `Load` event). Only
       these are drawn for it, and a workload using another is refused. Without
       "lora", `max_loras` is pinned to 1.
     """

@@ -8,12 +8,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loopcheck.model.events import Admit, Event, Finish, Preempt, Prefill, Resume, Rewind, Token
+from loopcheck.model.events import Admit, Event, Finish, Load, Preempt, Prefill, Resume, Rewind, Token
 from loopcheck.model.workload import RequestSpec
 
 SUBMITTED, WAITING, RUNNING, PREEMPTED, FINISHED = "submitted", "waiting", "running", "preempted", "finished"
 # The status each event leaves its request in.
 AFTER = {"arrive": WAITING, "admit": RUNNING, "resume": RUNNING, "preempt": PREEMPTED, "finish": FINISHED}
+
+
+@dataclass(frozen=True)
+class LoadState:
+    """A KV load a `Load` event started: positions [start, end), ended from
+    step `ends_at` on (the start step plus the request's `kv_load_steps`), valid
+    then unless it failed (`ok` False)."""
+
+    start: int
+    end: int
+    ends_at: int
+    ok: bool
+
+    def ended(self, step: int) -> bool:
+        """Whether the load has ended by the start of step `step`."""
+        return self.ends_at <= step
+
+    def relative(self, step: int) -> tuple[int, int, int, bool]:
+        """The load as seen from step `step` (its end counted from there: a part of a state's memory)."""
+        return self.start, self.end, self.ends_at - step, self.ok
 
 
 @dataclass
@@ -29,6 +49,9 @@ class RequestView:
     # + g (the positions before the token's own), back to the frontier a rewind
     # names; None: not running.
     reach: int | None = None
+    # Its latest KV load (`Load`), from its start until the request is preempted,
+    # or finishes with the load ended: the blocks of positions 0..end it may hold.
+    load: LoadState | None = None
 
     @property
     def generated(self) -> int:
@@ -68,6 +91,8 @@ class TraceView:
         # pages it reports as hits.
         self.computed_pages: set[int] = set()
         self.hit_pages: list[tuple[Event, list[tuple[int, ...]]]] = []
+        self.step = 0                               # the steps folded so far
+        self.in_flight: dict[str, RequestView] = {}  # the requests whose KV load has not ended
 
     def submit(self, spec: RequestSpec) -> None:
         self.requests[spec.rid] = self.open[spec.rid] = RequestView(spec)
@@ -84,6 +109,7 @@ class TraceView:
         self.reach_before = []
         self.hit_pages = []
         bs = self.block_size
+        self._end_loads()
         for e in events:
             r = self.requests[e.rid]
             self.tokens_before.append(r.generated)
@@ -92,12 +118,18 @@ class TraceView:
             if e.kind in ("prefill", "token"):
                 self.worked.add(e.rid)
                 start, end = computed(e, len(r.spec.prompt), r.generated)
-                if self.keep_pages:
-                    self.computed_pages.update(hash(r.content(k)) for k in range(start // bs * bs + bs, end + 1, bs))
+                self._computed(r, start, end)
                 r.reach = max(end, r.reach or 0)
             elif isinstance(e, (Admit, Resume)):
                 self.hit_pages.append((e, [r.content(k * bs) for k in range(1, e.hit_pages + 1)]))
                 r.reach = e.hit_pages * bs + (e.restored if isinstance(e, Resume) else 0)   # restored past the hits
+                if r.load is not None and r.load.ok and r.load.ended(self.step):
+                    r.reach = max(r.reach, r.load.end)
+            elif isinstance(e, Load):
+                steps = r.spec.kv_load_steps
+                ok = steps is not None and not r.spec.kv_load_fails
+                r.load = LoadState(e.start, e.end, self.step + (steps or 1), ok)
+                self.in_flight[e.rid] = r
             elif isinstance(e, Rewind) and r.reach is not None:
                 r.reach = min(r.reach, e.frontier)
             elif e.kind in AFTER:
@@ -107,11 +139,44 @@ class TraceView:
                 r.exit_depths.append(e.exit_depth)
             elif isinstance(e, Preempt) and not e.keeps_tokens:
                 r.token_ids, r.exit_depths = [], []
+            if isinstance(e, Preempt) or (isinstance(e, Finish) and e.rid not in self.in_flight):
+                r.load = None
             if e.kind in AFTER and r.status != FINISHED:
                 r.status = AFTER[e.kind]
                 if isinstance(e, Finish):
                     r.finish = e.reason
                     del self.open[e.rid]
+        self.step += 1
+
+    def _computed(self, r: RequestView, start: int, end: int) -> None:
+        """Positions [start, end) of `r` hold KV: the full pages they complete are computed content (if kept)."""
+        if self.keep_pages:
+            bs = self.block_size
+            self.computed_pages.update(hash(r.content(k)) for k in range(start // bs * bs + bs, end + 1, bs))
+
+    def _end_loads(self) -> None:
+        """At the start of a step: the loads that have ended leave `in_flight`;
+        the pages of each that succeeded are computed content from now on; a
+        finished request's ended load holds nothing more."""
+        for rid, r in list(self.in_flight.items()):
+            load = r.load
+            if load is None or load.ended(self.step):
+                del self.in_flight[rid]
+            if load is None or not load.ended(self.step):
+                continue
+            if load.ok:
+                self._computed(r, load.start, load.end)
+            if r.status == FINISHED:
+                r.load = None
+
+    def loading(self, step: int) -> bool:
+        """Whether a KV load is in flight in step `step` (it has not ended by its start)."""
+        return any(r.load is not None and not r.load.ended(step) for r in self.in_flight.values())
+
+    def holders(self) -> list[RequestView]:
+        """The requests that may hold blocks: the unfinished ones and the
+        finished ones whose KV load is still in flight."""
+        return [*self.open.values(), *(r for r in self.in_flight.values() if r.status == FINISHED)]
 
     def running(self) -> int:
         return sum(r.status == RUNNING for r in self.requests.values())
@@ -119,9 +184,10 @@ class TraceView:
     def memory(self) -> tuple:
         """What the view holds that later steps' judgements read: per request in
         submission order, its status, tokens, exit depths, finish reason and
-        reach; and the pages computed so far."""
+        reach and KV load (its end counted from now); and the pages computed so
+        far."""
         return (tuple((rid, r.status, tuple(r.token_ids), tuple(r.exit_depths), r.finish, r.reach)
-                      for rid, r in self.requests.items()),
+                      + ((r.load.relative(self.step),) if r.load else ()) for rid, r in self.requests.items()),
                 tuple(sorted(self.computed_pages)))
 
     def unfinished(self) -> list[RequestView]:

@@ -39,9 +39,40 @@ def test_feature_fields_round_trip_and_are_validated() -> None:
             workload_from_json(bad)
 
 
+def test_a_kv_load_round_trips_and_is_validated() -> None:
+    spec = RequestSpec("a", (1, 2), 2, kv_load_steps=2, kv_load_fails=True)
+    data = {"schema": "loopcheck/workload@1", "config": CFG.to_json(), "requests": [spec.to_json()]}
+    assert workload_from_json(json.loads(json.dumps(data))).requests == (spec,)
+    assert spec.features == {"kv_transfer"} and RequestSpec("b", (1,), 1).to_json().keys().isdisjoint(
+        {"kv_load_steps", "kv_load_fails"})
+    for change, message in (({"kv_load_steps": 0}, r"kv_load_steps: must be >= 1"),
+                            ({"kv_load_steps": 65}, r"kv_load_steps: must be <= 64"),
+                            ({"kv_load_fails": 1}, r"kv_load_fails: must be true or false"),
+                            ({"kv_load_steps": None}, r"kv_load_fails: needs kv_load_steps")):
+        bad = {**data, "requests": [{**spec.to_json(), **change}]}
+        with pytest.raises(WorkloadError, match=rf"requests\[0\]\.{message}"):
+            workload_from_json(bad)
+
+
+def test_a_scope_takes_kv_loads_and_a_system_without_the_feature_explores_none() -> None:
+    from loopcheck.explorer.scope import FAIL, PRESETS, scope_from_json
+    from loopcheck.explorer.scoped import resolve_shapes
+
+    scope = PRESETS["kv"]
+    assert scope.kv_loads == (None, 1, 2, FAIL)
+    with pytest.raises(WorkloadError, match=r"scope.kv_loads\[0\]: must be an integer in \[1, 32\] or null or 'fail'"):
+        scope_from_json({**scope.to_json(), "kv_loads": [0]}, "bad")
+    cfg = scope.config_list(PINNED)[0]
+    plain = resolve_shapes(scope, cfg, toy_with_features(), Capabilities(features=("grammar",)))
+    loads = resolve_shapes(scope, cfg, toy_with_features(), Capabilities(features=("grammar", "kv_transfer")))
+    assert all(s.kv_load_steps is None for s in plain) and len(loads) == 4 * len(plain)
+    assert {(s.kv_load_steps, s.kv_load_fails) for s in loads} == {(None, False), (1, False), (2, False), (1, True)}
+
+
 def test_features_are_drawn_only_for_a_system_that_claims_them() -> None:
-    assert str(Shape().for_system(Capabilities())).endswith("lora=off,grammar=off")
-    assert str(Shape().for_system(Capabilities(features=("lora", "grammar")))).endswith("lora=on,grammar=on")
+    assert str(Shape().for_system(Capabilities())).endswith("lora=off,grammar=off,kv_transfer=off")
+    assert str(Shape().for_system(Capabilities(features=("lora", "grammar")))).endswith(
+        "lora=on,grammar=on,kv_transfer=off")
     assert Capabilities().pinned["max_loras"] == 1 and "max_loras" not in Capabilities(features=("lora",)).pinned
 
 
