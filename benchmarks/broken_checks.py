@@ -26,7 +26,8 @@ from loopcheck.report import table
 TESTS = ("tests/test_property_checks.py", "tests/test_rules.py", "tests/test_lockstep.py", "tests/test_fuzz.py",
          "tests/test_sut_protocol.py", "tests/test_engine_api.py", "tests/test_directed.py",
          "tests/test_keep_going.py", "tests/test_examples.py", "tests/test_resume_watermark.py",
-         "tests/test_engine_livelock.py", "tests/test_vllm_adapter.py")
+         "tests/test_engine_livelock.py", "tests/test_vllm_adapter.py", "tests/test_features.py",
+         "tests/test_vllm_kv_transfer.py")
 CONTROL = "(nothing broken)"
 
 
