@@ -11,7 +11,9 @@ prefill_chunk_size as long_prefill_token_threshold; prefix_caching; policy
 (LoRA is always on; a request's `lora` becomes its LoRARequest, whose weights
 are never loaded). A request's `grammar_ready` gives it structured output,
 compiled by vLLM's StructuredOutputManager through the fakes of
-adapters/vllm_grammar.py. A KV connector is always on (kv_consumer, failures
+adapters/vllm_grammar.py. With `spec_tokens`, speculative decoding is on
+(ngram's `SpeculativeConfig`): drafts are proposed and verified by the fakes of
+adapters/vllm_drafts.py. A KV connector is always on (kv_consumer, failures
 recomputed): a request's `kv_load_steps` has its prompt's full pages loaded
 through it, by the fake of adapters/vllm_kv_connector.py. The fields vLLM has no notion
 of are pinned (incremental allocation, no watermark; the plain-engine profile of
@@ -28,8 +30,9 @@ import logging
 import os
 from typing import Any
 
-from loopcheck.adapters.fake_lm import TINY_LM_DIR, fake_token
+from loopcheck.adapters.fake_lm import TINY_LM_DIR
 from loopcheck.adapters.step_executor import StepExecutor
+from loopcheck.adapters.vllm_drafts import Drafter, verify
 from loopcheck.adapters.vllm_grammar import BACKEND, FakeGrammarBackend
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
@@ -37,6 +40,7 @@ from loopcheck.model.events import (
     Abort,
     Admit,
     Arrive,
+    Draft,
     Event,
     Finish,
     Load,
@@ -55,7 +59,7 @@ _REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "reje
 
 @functools.lru_cache(maxsize=256)
 def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_num_batched_tokens: int,
-                  long_prefill: int, policy: str, max_loras: int) -> Any:
+                  long_prefill: int, policy: str, max_loras: int, spec_tokens: int) -> Any:
     """vLLM's VllmConfig for these scheduler settings, built once per process
     and shared by the runs that use them (building one validates the model's
     config and the platform: about 13 ms, more than a whole run of vLLM's
@@ -69,7 +73,9 @@ def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_
         KVTransferConfig,
         LoRAConfig,
         ModelConfig,
+        ParallelConfig,
         SchedulerConfig,
+        SpeculativeConfig,
         VllmConfig,
     )
 
@@ -85,9 +91,14 @@ def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_
     transfer = KVTransferConfig(kv_connector=vllm_kv_connector.CONNECTOR, kv_role="kv_consumer",
                                 kv_connector_module_path=vllm_kv_connector.__name__,
                                 kv_load_failure_policy="recompute")
-    return VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
+    parallel = ParallelConfig()
+    drafts = SpeculativeConfig(method="ngram", num_speculative_tokens=spec_tokens, prompt_lookup_min=1,
+                               prompt_lookup_max=spec_tokens, target_model_config=model,
+                               target_parallel_config=parallel) if spec_tokens else None
+    return VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache, parallel_config=parallel,
                       device_config=DeviceConfig(device="cpu"), kv_events_config=events,
-                      lora_config=LoRAConfig(max_loras=max_loras, max_lora_rank=8), kv_transfer_config=transfer)
+                      lora_config=LoRAConfig(max_loras=max_loras, max_lora_rank=8), kv_transfer_config=transfer,
+                      speculative_config=drafts)
 
 
 class VllmSUT:
@@ -106,14 +117,15 @@ class VllmSUT:
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
                                          pinned=PINNED, block_tables=True, code=("vllm.v1.core",),
                                          refuses=("prompt_only",), cached_pages=True,
-                                         features=("lora", "grammar", "kv_transfer"))
+                                         features=("lora", "grammar", "kv_transfer", "spec"))
         bs = cfg.block_size
         long_prefill = cfg.prefill_chunk_size if cfg.prefill_chunk_size < cfg.max_num_batched_tokens else 0
         if cfg.max_num_batched_tokens < cfg.max_num_seqs:
             raise WorkloadError(f"config.max_num_batched_tokens: vLLM needs at least max_num_seqs "
                                 f"({cfg.max_num_seqs}), got {cfg.max_num_batched_tokens}")
         vllm_config = engine_config(bs, cfg.prefix_caching, cfg.max_num_seqs, cfg.max_num_batched_tokens,
-                                    long_prefill, "priority" if cfg.priority_preemption else "fcfs", cfg.max_loras)
+                                    long_prefill, "priority" if cfg.priority_preemption else "fcfs", cfg.max_loras,
+                                    cfg.spec_tokens)
         blocks = cfg.num_blocks + 1   # vLLM's block 0 is its reserved null block
         kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(
             ["layer"], FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32))])
@@ -126,10 +138,12 @@ class VllmSUT:
         from vllm.utils.hashing import sha256_cbor
 
         init_none_hash(sha256_cbor)
-        self.hasher = get_request_block_hasher(bs, sha256_cbor)
+        self.hasher = self._naming(get_request_block_hasher(bs, sha256_cbor))
         self.connector = self.scheduler.connector
         self.loaded: dict[str, int] = {}   # request -> where its load started, until it is admitted (none if failed)
         self.pending: list[tuple[RequestSpec, Any]] = []   # (request, its vLLM SamplingParams)
+        self.specs: dict[str, RequestSpec] = {}
+        self.drafter = Drafter(cfg.spec_tokens, cfg.vocab_size)
         self.aborts: list[str] = []
         self.outputs: dict[str, RequestOutput] = {}
         self.preempted: set[str] = set()
@@ -139,6 +153,7 @@ class VllmSUT:
         self.steps = 0
         self.requesters: dict[str, str] = {}   # victim -> the request vLLM preempted it for, this step
         self._watch_preemptions()
+        self._watch_registrations()
 
     def _watch_preemptions(self) -> None:
         """Name each preemption's requester: vLLM preempts inside the loop that
@@ -203,6 +218,7 @@ class VllmSUT:
 
         events: list[Event] = []
         for spec, params in self.pending:
+            self.specs[spec.rid] = spec
             self.outputs[spec.rid] = RequestOutput(spec.rid, [], [], None)
             self.scheduler.add_request(self._request(spec, params))
             events.append(Arrive(spec.rid))
@@ -219,8 +235,7 @@ class VllmSUT:
         self.connector.step = self.steps
         so = self.scheduler.schedule()
         self.scheduler.get_grammar_bitmask(so)   # (as the engine core asks before the model runs; all allowed)
-        self._name_pages()
-        self.stored = self._stored_pages()
+        self.stored = []
         for rid in sorted(so.preempted_req_ids or ()):
             self.preempted.add(rid)
             by = self.requesters.get(rid)
@@ -237,6 +252,8 @@ class VllmSUT:
         for rid in ids:
             r, n = reqs[rid], so.num_scheduled_tokens[rid]
             start = r.num_computed_tokens - n
+            drafts = list(so.scheduled_spec_decode_tokens.get(rid, ()))
+            n -= len(drafts)   # (the positions of the request's own tokens)
             if rid in new:
                 hits = self.loaded.pop(rid, start) // bs   # (a load's positions are no prefix hits)
                 if rid in self.preempted:
@@ -245,11 +262,13 @@ class VllmSUT:
                 else:
                     events.append(Admit(rid, hits))
             if start + n > r.num_tokens - 1 and start < r.num_tokens:   # reaches the last known token
-                sampled.append([fake_token(list(r.all_token_ids))])
+                sampled.append(verify(list(r.all_token_ids), drafts))
             else:
                 sampled.append([])
             if start < r.num_tokens - 1 or n > 1:
                 events.append(Prefill(rid, start, start + n))
+            if drafts:
+                events.append(Draft(rid, len(drafts)))
         transfers, failed = self.connector.finished()
         for rid in failed:
             self.loaded.pop(rid, None)
@@ -267,14 +286,29 @@ class VllmSUT:
                     reason = _REASONS.get(str(o.finish_reason).lower().split(".")[-1], "rejected")
                     out.finish_reason = reason
                     events.append(Finish(o.request_id, reason))
+        self._propose_drafts(ids)
         self.steps += 1
         return events
+
+    def _propose_drafts(self, ids: list[str]) -> None:
+        """Under speculative decoding, give each request of the step still
+        decoding its drafts for the next, as vLLM's engine core passes the
+        proposer's on (`update_draft_token_ids`)."""
+        from vllm.v1.outputs import DraftTokenIds
+
+        if not self.cfg.spec_tokens:
+            return
+        reqs = self.scheduler.requests
+        decoding = [rid for rid in ids if rid in reqs and not (reqs[rid].is_finished() or reqs[rid].is_prefill_chunk)]
+        drafts = [self.drafter.propose(rid, list(reqs[rid].all_token_ids), self.specs[rid].spec_accepts)
+                  for rid in decoding]
+        self.scheduler.update_draft_token_ids(DraftTokenIds(decoding, drafts))
 
     def observe(self) -> Observation:
         s = self.scheduler
         free_ids = tuple(b.block_id for b in s.kv_cache_manager.block_pool.free_block_queue.get_all_free_blocks())
-        key = (tuple((rid, int(r.status), r.num_computed_tokens, len(r.output_token_ids))
-                     for rid, r in sorted(s.requests.items())),
+        key = (tuple((rid, int(r.status), r.num_computed_tokens, len(r.output_token_ids), tuple(r.spec_token_ids),
+                      self.drafter.rounds.get(rid, 0)) for rid, r in sorted(s.requests.items())),
                tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free_ids,
                self.compiler.pending(self.steps), self.connector.pending(), tuple(sorted(self.loaded.items())))
         return Observation(blocks_held=self.cfg.num_blocks - len(free_ids), kv_errors=self._kv_errors(free_ids),
@@ -282,28 +316,41 @@ class VllmSUT:
                            state_key=key, block_tables=self._block_tables(), cached_pages=self._cached_pages(),
                            registered_pages=sorted(set(self.stored)))
 
-    def _name_pages(self) -> None:
-        """Remember the tokens each block hash of each request stands for (vLLM
-        registers a page's hash while it schedules, so every hash it caches is one
-        of a request known right after `schedule()`)."""
+    def _naming(self, hasher: Any) -> Any:
+        """vLLM's request block hasher, naming each page it hashes: the tokens
+        from position 0 to the page's end that the hash stands for (by the hash
+        itself and by the form vLLM's KV cache events give it). Every hash vLLM
+        caches is one its requests computed, when their tokens came."""
         from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 
         bs = self.cfg.block_size
-        for r in self.scheduler.requests.values():
-            tokens = r.all_token_ids
-            for k, h in enumerate(r.block_hashes):
-                if h not in self.page_tokens:
-                    self.page_tokens[h] = self.event_pages[maybe_convert_block_hash(h)] = tuple(tokens[:(k + 1) * bs])
 
-    def _stored_pages(self) -> list[tuple[int, ...]]:
-        """The pages vLLM's prefix cache registered in this step's `schedule()`:
-        its own KV cache events (`BlockStored`), still queued until
-        `update_from_output` takes them; a page registered and then dropped again
-        in the same pass (its block taken by another request) is among them."""
+        def named(request: Any) -> list[Any]:
+            hashes = hasher(request)
+            tokens = request.all_token_ids
+            for k, h in enumerate(hashes, len(request.block_hashes)):
+                self.page_tokens[h] = self.event_pages[maybe_convert_block_hash(h)] = tuple(tokens[:(k + 1) * bs])
+            return hashes
+        return named
+
+    def _watch_registrations(self) -> None:
+        """Keep the pages vLLM's prefix cache registers in a step (`stored`):
+        its own KV cache events (`BlockStored`), as `update_from_output` takes
+        them at the step's end (those of `schedule()` and those of caching the
+        tokens a step accepted, under speculative decoding); a page registered
+        and then dropped again in the same pass (its block taken by another
+        request) is among them. The KV cache manager's `take_events` is
+        wrapped on this instance; what it returns is unchanged."""
         from vllm.distributed.kv_events import BlockStored
 
-        queue = self.scheduler.kv_cache_manager.block_pool.kv_event_queue
-        return [self.event_pages[h] for e in queue if isinstance(e, BlockStored) for h in e.block_hashes]
+        manager = self.scheduler.kv_cache_manager
+        take = manager.take_events
+
+        def take_events() -> Any:
+            events = take()
+            self.stored += [self.event_pages[h] for e in events if isinstance(e, BlockStored) for h in e.block_hashes]
+            return events
+        manager.take_events = take_events
 
     def _cached_pages(self) -> list[tuple[int, ...]]:
         """The pages in vLLM's prefix cache (its hash-to-block map, one KV cache

@@ -194,6 +194,11 @@ VLLM_MUTANTS = [
     ("an aborted load's blocks are freed at once",
      ((SCHED_V, "                delay_free_blocks = (\n                    self.deferred_loads.pop(",
        "                delay_free_blocks = False and (\n                    self.deferred_loads.pop("),)),
+    # the speculative decoding path (draft tokens verified in the batch)
+    ("drafts are not cut to the budget",
+     ((SCHED_V, "spec_token_ids = spec_token_ids[:num_scheduled_spec_tokens]", "spec_token_ids = spec_token_ids"),)),
+    ("rejected drafts are not rolled back",
+     ((SCHED_V, "request.num_computed_tokens -= num_rejected", "request.num_computed_tokens -= 0"),)),
 ]
 
 LMDEPLOY_PAGING = "lmdeploy.pytorch.paging."

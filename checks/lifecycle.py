@@ -6,14 +6,15 @@ from __future__ import annotations
 from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.needs import lifetime_blocks
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event, Finish, Preempt, Prefill, Resume, Token
+from loopcheck.model.events import Draft, Event, Finish, Preempt, Prefill, Resume, Token
 from loopcheck.sut.protocol import Capabilities, Observation
 from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, SUBMITTED, WAITING
 
 # The statuses (as the events so far report them) in which each event may come.
 ALLOWED = {"arrive": {SUBMITTED}, "reject": {WAITING}, "abort": {SUBMITTED, WAITING, RUNNING, PREEMPTED},
            "admit": {WAITING}, "resume": {PREEMPTED}, "preempt": {RUNNING}, "rewind": {RUNNING},
-           "prefill": {RUNNING}, "token": {RUNNING}, "publish": {RUNNING}, "load": {WAITING, PREEMPTED},
+           "prefill": {RUNNING}, "token": {RUNNING}, "publish": {RUNNING}, "draft": {RUNNING},
+           "load": {WAITING, PREEMPTED},
            "finish": {SUBMITTED, WAITING, RUNNING, PREEMPTED}}
 
 
@@ -77,8 +78,9 @@ class Work(Check):
     of the step that reached past it, or else by the token's own decode, after
     which the request reached it (no token before its prompt is computed).
     A request is in a step's batch once: a prefill chunk, then at most the token
-    it samples, or one decode's token. A resumption restores (past its hit pages) no more positions than the
-    request had when a preemption kept its snapshot (none without one). Depths
+    it samples, or one decode's token, and one more per draft token the decode
+    verified (`Draft`), each the input of the next. A resumption restores (past
+    its hit pages) no more positions than the request had when a preemption kept its snapshot (none without one). Depths
     come in order: without WCPB a prefill reports num_loops; with it a
     chunk runs depths 1, 2, ... num_loops in turn, and neither another chunk nor
     a token of the request comes before it ran them all (an admission,
@@ -93,12 +95,18 @@ class Work(Check):
     def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         view, loops = run.view, run.cfg.num_loops
         worked: dict[str, Event] = {}   # request -> its prefill or token so far in the step
+        drafts: dict[str, int] = {}      # request -> the draft tokens its decode verified in the step, still unused
         for e, tokens, reach in zip(events, view.tokens_before, view.reach_before, strict=True):
             ran = worked.get(e.rid) if e.kind in ("prefill", "token") else None
-            if ran is not None and (e.kind == "prefill" or ran.kind == "token"):
+            verified = isinstance(e, Token) and ran is not None and ran.kind == "token" and drafts.get(e.rid, 0) > 0
+            if verified:   # (a kept draft: the token after it is the same decode's)
+                drafts[e.rid] -= 1
+            elif ran is not None and (e.kind == "prefill" or ran.kind == "token"):
                 self.broke(Violation("work", f"{e} after {ran} in the same step: a request is in a step's batch once "
-                                             "(a prefill chunk, then at most the token it samples, or one decode)",
-                                     rule="twice-in-step"))
+                                             "(a prefill chunk, then at most the token it samples, or one decode, "
+                                             "with a token more per draft it verified)", rule="twice-in-step"))
+            if isinstance(e, Draft):
+                drafts[e.rid] = e.count
             if isinstance(e, Prefill):
                 worked[e.rid] = e
                 start, end = e.start, e.end
@@ -118,7 +126,8 @@ class Work(Check):
                                          rule="token-index"))
                 input_position = len(view.requests[e.rid].spec.prompt) + tokens - 1
                 worked[e.rid] = e
-                needed = input_position if ran is None else input_position + 1   # (ran: a prefill computed it)
+                # (after a prefill of the step, that prefill computed the input; after a kept draft, the decode did)
+                needed = input_position + 1 if ran is not None and not verified else input_position
                 if reach is not None and reach < needed:
                     self.broke(Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its "
                                                  f"admission reach only {reach}, so positions {reach}..{needed} were "

@@ -50,7 +50,9 @@ def held_at_most(requests: Iterable[RequestView], cfg: Config) -> int:
     under upfront allocation its lifetime's, else the pages under its `reach`
     (those of the positions its work so far wrote, which incremental allocation
     grows to before each work item) or under the end of the KV load it was
-    admitted with (`RequestView.load`), if further. Any other request: the pages
+    admitted with (`RequestView.load`), if further, and, under speculative
+    decoding, twice `spec_tokens` positions past it (the drafts it verified and
+    may verify next, rejected ones included). Any other request: the pages
     under the end of its KV load, while it waits for it or after it, or while
     the load of a finished one is still in flight (the store writes them);
     else none (waiting, preempted, recomputed or snapshotted to the CPU,
@@ -64,5 +66,5 @@ def held_at_most(requests: Iterable[RequestView], cfg: Config) -> int:
         elif cfg.allocation == "upfront":
             most += lifetime_blocks(r.spec, cfg)
         else:
-            most += ceil_div(max(r.reach or 0, loaded), cfg.block_size) * cfg.planes
+            most += ceil_div(max(r.reach or 0, loaded) + 2 * cfg.spec_tokens, cfg.block_size) * cfg.planes
     return most

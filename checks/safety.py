@@ -7,7 +7,7 @@ from __future__ import annotations
 from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.needs import covered_blocks, held_at_most
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event
+from loopcheck.model.events import Draft, Event
 from loopcheck.model.invariants import batch_tokens
 from loopcheck.sut.protocol import Capabilities, Observation
 from loopcheck.sut.view import RUNNING, RequestView, computed
@@ -16,11 +16,12 @@ NO_TABLES = "the system reports no block tables (capabilities.block_tables)"   #
 
 
 class Caps(Check):
-    """running <= max_num_seqs, batched tokens <= max_num_batched_tokens, and
-    the LoRA adapters of the requests that compute in a step (a prefill or a
-    token) <= max_loras, every step, as the events report them."""
+    """running <= max_num_seqs, batched tokens <= max_num_batched_tokens (draft
+    tokens verified included), the LoRA adapters of the requests that compute
+    in a step (a prefill or a token) <= max_loras, and a request's draft tokens
+    verified in a step <= spec_tokens, every step, as the events report them."""
 
-    props = ("seq-cap", "token-cap", "lora-cap")
+    props = ("seq-cap", "token-cap", "lora-cap", "spec-cap")
 
     def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         cfg = run.cfg
@@ -35,6 +36,10 @@ class Caps(Check):
         if len(loras) > cfg.max_loras:
             self.broke(Violation("lora-cap", f"the batch uses LoRA adapters {loras}, more than max_loras "
                                              f"{cfg.max_loras}"))
+        for e in events:
+            if isinstance(e, Draft) and e.count > cfg.spec_tokens:
+                self.broke(Violation("spec-cap", f"{e}: {e.count} draft tokens verified, spec_tokens is "
+                                                 f"{cfg.spec_tokens}"))
 
 
 class KvConservation(Check):

@@ -18,7 +18,9 @@ A scope declares
   choice (`grammars`: None, none; k, its grammar is compiled k steps after it
   arrives; `"never"`, never compiled) and a KV load (`kv_loads`: None, none;
   k, its prompt's KV is loaded from an external store in k steps; `"fail"`,
-  that load fails after one step); shapes using a deployment feature the
+  that load fails after one step) and, under speculative decoding (the config
+  field `spec_tokens`), how many of its drafts are right each step in turn
+  (`spec_accepts`: a list, `[]` none); shapes using a deployment feature the
   system does not claim (`Capabilities.features`) are left out;
 - the inputs: before each of the first `horizon` steps, up to `arrivals_per_step`
   new requests (of any shapes, in any order, `max_requests` in all) and, with
@@ -63,6 +65,7 @@ class Scope:
     loras: tuple[int, ...] = (0,)                    # LoRA adapter ids (0: the base model)
     grammars: tuple[int | str | None, ...] = (None,)  # None (no structured output), k steps to compile, or NEVER
     kv_loads: tuple[int | str | None, ...] = (None,)  # None (nothing to load), k steps to load, or FAIL
+    spec_accepts: tuple[tuple[int, ...], ...] = ((),)  # the right drafts of each step in turn (() none)
     max_requests: int = 2
     arrivals_per_step: int = 1
     aborts: bool = False
@@ -89,6 +92,7 @@ class Scope:
         data["prompts"] = [list(p) for p in self.prompts]
         for name in ("max_tokens", "priorities", "stops", "loras", "grammars", "kv_loads"):
             data[name] = list(data[name])
+        data["spec_accepts"] = [list(a) for a in self.spec_accepts]
         return {"schema": SCHEMA, **data}
 
 
@@ -147,6 +151,7 @@ def scope_from_json(data: Any, name: str) -> Scope:
         loras=_ints("scope.loras", data.get("loras", [0]), 0, 64),
         grammars=_ints("scope.grammars", data.get("grammars", [None]), 0, 32, none=True, word=NEVER),
         kv_loads=_ints("scope.kv_loads", data.get("kv_loads", [None]), 1, 32, none=True, word=FAIL),
+        spec_accepts=_accepts(data.get("spec_accepts", [[]])),
         aborts=_bool("scope.aborts", data.get("aborts", False)),
         **{key: _int(f"scope.{key}", data.get(key, getattr(Scope, key)), *bounds)
            for key, bounds in _INT_FIELDS.items()})
@@ -162,7 +167,17 @@ MAX_BLOCKS = 4096   # (only to validate one field at a time against a config tha
 def shapes_upper_bound(scope: Scope) -> list[tuple]:
     """The request shapes before stop choices are resolved on a system."""
     return list(itertools.product(scope.prompts, scope.max_tokens, scope.priorities, scope.stops, scope.loras,
-                                  scope.grammars, scope.kv_loads))
+                                  scope.grammars, scope.kv_loads, scope.spec_accepts))
+
+
+def _accepts(value: Any) -> tuple[tuple[int, ...], ...]:
+    """`spec_accepts`: a non-empty list of lists of draft counts (0 to 8)."""
+    if not isinstance(value, list) or not value:
+        raise WorkloadError("scope.spec_accepts: must be a non-empty list of lists")
+    for i, accepts in enumerate(value):
+        if not isinstance(accepts, list):
+            raise WorkloadError(f"scope.spec_accepts[{i}]: must be a list of integers in [0, 8]")
+    return tuple(_ints(f"scope.spec_accepts[{i}]", a, 0, 8) if a else () for i, a in enumerate(value))
 
 
 def _int(where: str, value: Any, low: int, high: int) -> int:
@@ -220,6 +235,15 @@ PRESETS: dict[str, Scope] = {
         configs={"num_blocks": [4, 7], "block_size": [2], "max_num_seqs": [1, 2], "max_num_batched_tokens": [4],
                  "prefill_chunk_size": [2], "prefix_caching": [False, True], "priority_preemption": [True]},
         prompts=[[1, 1], [1, 1, 2]], max_tokens=[1, MOST], grammars=[None, 1], kv_loads=[None, 1, 2, FAIL],
+        max_requests=2, aborts=True, horizon=3, max_steps=40),
+    # speculative decoding (one or two drafts a step, none, some or all of them right) on features' configs, with a
+    # chunk as large as the budget, so that a verify step fits both
+    "spec": _preset(
+        "spec",
+        configs={"num_blocks": [4, 7], "block_size": [2], "max_num_seqs": [1, 2], "max_num_batched_tokens": [4],
+                 "prefill_chunk_size": [4], "prefix_caching": [False, True], "priority_preemption": [True],
+                 "spec_tokens": [1, 2]},
+        prompts=[[1, 1], [1, 1, 2]], max_tokens=[1, MOST], spec_accepts=[[], [1], [2, 0]],
         max_requests=2, aborts=True, horizon=3, max_steps=40),
     # focused presets: three requests, few configs, each explored in minutes on every shipped system
     "prefix": _preset(

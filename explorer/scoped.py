@@ -67,11 +67,12 @@ class Shape:
     grammar_ready: int | None = None
     kv_load_steps: int | None = None
     kv_load_fails: bool = False
+    spec_accepts: tuple[int, ...] = ()
 
     def spec(self, rid: str) -> RequestSpec:
         return RequestSpec(rid, self.prompt, self.max_tokens, priority=self.priority, stop_token=self.stop_token,
                            lora=self.lora, grammar_ready=self.grammar_ready, kv_load_steps=self.kv_load_steps,
-                           kv_load_fails=self.kv_load_fails)
+                           kv_load_fails=self.kv_load_fails, spec_accepts=self.spec_accepts)
 
 
 @dataclass(frozen=True)
@@ -140,13 +141,13 @@ def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabil
     probed: dict[tuple[tuple[int, ...], int], list[int]] = {}
     cap = scope.max_steps // (2 * scope.max_requests)   # (so that every workload can drain within max_steps)
     most = {p: most_tokens(factory, cfg, p, cap) for p in scope.prompts} if MOST in scope.max_tokens else {}
-    for prompt, choice, priority, stop, lora, grammar, kv_load in shapes_upper_bound(scope):
+    for prompt, choice, priority, stop, lora, grammar, kv_load, accepts in shapes_upper_bound(scope):
         max_tokens = most[prompt] if choice == MOST else choice
         if max_tokens is None:
             continue
         ready = None if grammar is None else GRAMMAR_NEVER if grammar == NEVER else grammar
         load_steps = None if kv_load is None else 1 if kv_load == FAIL else kv_load
-        shape = Shape(prompt, max_tokens, priority, None, lora, ready, load_steps, kv_load == FAIL)
+        shape = Shape(prompt, max_tokens, priority, None, lora, ready, load_steps, kv_load == FAIL, accepts)
         if not shape.spec("r").features <= set(caps.features):
             continue
         if (max_tokens == 0 and "prompt_only" in caps.refuses) or (stop is not None and "stop_tokens" in caps.refuses):

@@ -8,7 +8,7 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -112,15 +112,16 @@ def open_database(spec: str | None, out: Path) -> ExampleDatabase:
     return DirectoryBasedExampleDatabase(spec)
 
 
-def config_strategy(mode: str, policy: str, pinned: dict[str, Any], loras: bool = False
+def config_strategy(mode: str, policy: str, pinned: dict[str, Any], features: Collection[str] = ()
                     ) -> tuple[st.SearchStrategy[Config], dict[str, int]]:
     """(configs, request sizes) for a campaign mode, with the fields the system
     supports only at one value pinned (sizes scaled to a pinned page,
-    `request_sizes`); `loras`: max_loras drawn too (`configs`)."""
+    `request_sizes`); the config fields of the deployment `features` drawn too
+    (`configs`)."""
     if mode == "regression":
         return (st.just(regression_config(**{"preemption_policy": policy, **pinned})),
                 request_sizes(pinned.get("block_size"), max_prompt=12, max_tokens=8))
-    return (configs(loras=loras, **{"preemption_policy": policy, **pinned}),
+    return (configs(features, **{"preemption_policy": policy, **pinned}),
             request_sizes(pinned.get("block_size")))
 
 
@@ -170,8 +171,8 @@ def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None =
     caps = capabilities_of(factory)
     pinned = {**run.fixed, **caps.pinned}
     shape_run = run.shape.for_system(caps)   # nothing it cannot take
-    loras = shape_run.lora == ON
-    strategy, sizes = config_strategy(mode, policy, pinned, loras)
+    features = [name for name in ("lora", "spec") if getattr(shape_run, name) == ON]   # (those with config fields)
+    strategy, sizes = config_strategy(mode, policy, pinned, features)
     start = time.monotonic()
     hunt = Hunt(factory, run.checks, out, stats, start, open_database(run.db, out))
     result = CampaignResult(seed_value, 0.0, stats)
@@ -179,7 +180,7 @@ def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None =
     if progress:   # a line about every 2 s from the start (`Stats.clock`)
         stats.ticker = lambda: progress(progress_line(time.monotonic() - start, stats))
     guides = run.guidance or default_guidance(caps.semantics)
-    director = Director(directed_configs(mode, policy, pinned, loras), sizes["max_prompt"],
+    director = Director(directed_configs(mode, policy, pinned, features), sizes["max_prompt"],
                         derived_seed(seed_value, "directed"), shape_run) if guides in ("model", "both") else None
     if guides in ("system", "both"):
         stats.coverage = EdgeCoverage(code_paths(caps.code)) if caps.code else None
@@ -282,18 +283,18 @@ def run_batches(machine: type, hunt: Hunt, seed_value: int, batches: Iterator[in
             return
 
 
-def directed_configs(mode: str, policy: str, pinned: dict[str, Any], loras: bool = False
+def directed_configs(mode: str, policy: str, pinned: dict[str, Any], features: Collection[str] = ()
                      ) -> list[st.SearchStrategy[Config]]:
     """Config strategies for directed rounds, in turn: the campaign's own, and for
     random configs, ones with the switches that open rare windows on (priority
     preemption with prefix caching and upfront allocation, or with snapshots; a
-    bypass limit of 1); `loras`: max_loras drawn too."""
-    own = config_strategy(mode, policy, pinned, loras)[0]
+    bypass limit of 1); the config fields of the deployment `features` drawn too."""
+    own = config_strategy(mode, policy, pinned, features)[0]
     if mode == "regression":
         return [own]
     focus = [{"priority_preemption": True, "prefix_caching": True, "allocation": "upfront"},
              {"priority_preemption": True, "snapshots": True}, {"max_bypasses": 1}]
-    return [own] + [config_strategy(mode, policy, {**f, **pinned}, loras)[0] for f in focus]
+    return [own] + [config_strategy(mode, policy, {**f, **pinned}, features)[0] for f in focus]
 
 
 DIRECTED_KEY = b"loopcheck:directed-failures"   # failing guided workloads in the example database

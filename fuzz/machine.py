@@ -235,8 +235,8 @@ class LoopcheckMachine(RuleBasedStateMachine):
     def add(self, data: st.DataObject) -> str:
         cls = type(self)
         bound = cls.run_settings
-        fields = data.draw(request_bodies(self.prefixes, bound.max_prompt, bound.max_tokens, self.example_shape,
-                                          self.config.max_positions))
+        room = max(1, self.config.max_positions - self.config.spec_tokens)   # (drafts may take the rest: total_pages)
+        fields = data.draw(request_bodies(self.prefixes, bound.max_prompt, bound.max_tokens, self.example_shape, room))
         if self.budget_spent():
             return "spent"
         spec = RequestSpec(rid=f"q{len(self.driver.specs) + len(self.driver.refused)}", **fields)

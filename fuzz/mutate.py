@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loopcheck.fuzz.shrink import shifted, with_request
-from loopcheck.fuzz.strategies import OFF, ON, VOCAB, Shape
+from loopcheck.fuzz.strategies import OFF, ON, VOCAB, Shape, most_drafts
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event, Preempt, Prefill
 from loopcheck.model.reference import never_fits, total_pages
@@ -42,7 +42,7 @@ class Limits:
     can_abort: bool = True
 
     def allows(self, w: Workload) -> bool:
-        """Whether `w` keeps to the shape and to the pinned fields."""
+        """Whether `w` keeps to the shape and to the pinned fields, its drafts to `most_drafts`."""
         s, cfg = self.shape, w.config
         if not w.requests or len(w.requests) > MAX_REQUESTS:
             return False
@@ -61,6 +61,10 @@ class Limits:
         if s.grammar == OFF and any(r.grammar_ready is not None for r in w.requests):
             return False
         if s.kv_transfer == OFF and any(r.kv_load_steps is not None for r in w.requests):
+            return False
+        if s.spec == OFF and (cfg.spec_tokens or any(r.spec_accepts for r in w.requests)):
+            return False
+        if cfg.spec_tokens > most_drafts(cfg.max_positions, cfg.max_num_batched_tokens, cfg.prefill_chunk_size):
             return False
         return all(max(r.prompt) < cfg.vocab_size and 0 < len(r.prompt) <= MAX_PROMPT
                    and (r.stop_token is None or 0 <= r.stop_token < cfg.vocab_size) for r in w.requests)
@@ -241,6 +245,17 @@ def switch_kv_load(w: Workload, rng: random.Random) -> Workload | None:
     return with_request(w, i, replace(r, kv_load_steps=steps, kv_load_fails=steps is not None and rng.random() < 0.5))
 
 
+def switch_spec(w: Workload, rng: random.Random) -> Workload | None:
+    """Speculative decoding changed: spec_tokens 0 to `most_drafts`, or how many of a
+    request's drafts are right, each step in turn (none to three steps of 0 to 3)."""
+    if rng.random() < 0.25:
+        cfg = w.config
+        return _config(w, spec_tokens=rng.randint(0, most_drafts(cfg.max_positions, cfg.max_num_batched_tokens,
+                                                                 cfg.prefill_chunk_size)))
+    i, r = _pick(w, rng)
+    return with_request(w, i, replace(r, spec_accepts=tuple(rng.randint(0, 3) for _ in range(rng.randint(0, 3)))))
+
+
 def flip_switch(w: Workload, rng: random.Random) -> Workload | None:
     field = rng.choice(("prefix_caching", "priority_preemption"))
     return _config(w, **{field: not getattr(w.config, field)})
@@ -264,6 +279,8 @@ def mutations(limits: Limits) -> tuple[Mutation, ...]:
         extra.append(switch_grammar)
     if limits.shape.kv_transfer == ON:
         extra.append(switch_kv_load)
+    if limits.shape.spec == ON:
+        extra.append(switch_spec)
     return REQUEST_MUTATIONS + tuple(extra) + CONFIG_MUTATIONS
 
 

@@ -59,7 +59,7 @@ def run_machine(factory: SutFactory, config_strategy: st.SearchStrategy[Config] 
     mode = mode or default_mode(caps.semantics)
     stats = Stats()
     out = Path(out_dir)
-    strategy = config_strategy if config_strategy is not None else configs(loras="lora" in caps.features, **caps.pinned)
+    strategy = config_strategy if config_strategy is not None else configs(caps.features, **caps.pinned)
     checks = CheckSet(mode, frozenset(ignore))
     sizes = {**request_sizes(caps.pinned.get("block_size")), **kw}   # (scaled to a pinned page)
     machine = machine_class(strategy, MachineSettings(factory, checks, out, f"pytest loopcheck_machine ({mode})",

@@ -90,6 +90,10 @@ def candidates(w: Workload, lives: dict[str, int]) -> Iterator[Workload]:
             yield with_request(w, i, replace(r, kv_load_fails=False))
         if r.kv_load_steps not in (None, 1):
             yield with_request(w, i, replace(r, kv_load_steps=1))
+        if r.spec_accepts:
+            yield with_request(w, i, replace(r, spec_accepts=()))
+    if w.config.spec_tokens:
+        yield w.with_config(spec_tokens=0)
 
 
 @dataclass

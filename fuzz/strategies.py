@@ -6,6 +6,7 @@ Exported for users' own tests: `configs()`, `requests()`, `workloads()`, `Shape`
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,7 +39,9 @@ class Shape:
     grammar: structured-output requests whose grammar is compiled 0 to 4 steps
       after they arrive, or never (on/off);
     kv_transfer: requests whose prompt's KV is loaded from an external store,
-      the load taking 1 to 3 steps, one in three of them failing (on/off).
+      the load taking 1 to 3 steps, one in three of them failing (on/off);
+    spec: speculative decoding, 0 to 3 draft tokens a step (`spec_tokens`),
+      of which each request has 0 to 3 right in turn (on/off).
     """
 
     priorities: str | int = ON
@@ -50,6 +53,7 @@ class Shape:
     lora: str = ON
     grammar: str = ON
     kv_transfer: str = ON
+    spec: str = ON
 
     @classmethod
     def parse(cls, text: str) -> Shape:
@@ -128,13 +132,22 @@ def request_sizes(block_size: int | None, max_prompt: int = 6, max_tokens: int =
     return dict(max_prompt=max_prompt * scale, max_tokens=max_tokens * scale, prefix_scale=scale)
 
 
+def most_drafts(positions: int, budget: int, chunk: int) -> int:
+    """The most draft tokens a step (at most 3) for which a verify step, its
+    input and its drafts, fits a pool of `positions`, the token budget and a
+    prefill chunk (vLLM stalls or crashes below that: examples/vllm/spec_pad_*.json)."""
+    return min(4, positions, budget, chunk) - 1
+
+
 @st.composite
-def configs(draw: st.DrawFn, loras: bool = False, **fixed: Any) -> Config:
+def configs(draw: st.DrawFn, features: Collection[str] = (), **fixed: Any) -> Config:
     """Small configs covering every switch; keyword arguments pin fields (fields
     that depend on them, such as min_loops or the watermark, are drawn within the
     pinned values; token budgets scale with a pinned page, `page_scale`).
-    `max_loras` is drawn (1 or 2) only with `loras`, for a system that serves
-    LoRA adapters; else it is 1, as every other system runs."""
+    The config fields of deployment features are drawn only for those in
+    `features` (of a system that runs them): `max_loras` (1 or 2) for "lora",
+    `spec_tokens` (0 to `most_drafts`) for "spec"; else they keep the values every other
+    system runs (1 and 0)."""
     def pick(name: str, strategy: st.SearchStrategy[Any]) -> Any:
         return fixed[name] if name in fixed else draw(strategy)
 
@@ -163,8 +176,13 @@ def configs(draw: st.DrawFn, loras: bool = False, **fixed: Any) -> Config:
         watermark_blocks=pick("watermark_blocks", st.integers(0, max(0, num_blocks // 4))),
         resume_watermark=pick("resume_watermark", st.booleans()),
     )
-    if loras:   # (drawn only then: a draw more would change every other system's examples for a seed)
+    # (drawn only then: a draw more would change every other system's examples for a seed)
+    if "lora" in features:
         values["max_loras"] = pick("max_loras", st.integers(1, 2))
+    if "spec" in features:
+        most = most_drafts(num_blocks // planes * values["block_size"], values["max_num_batched_tokens"],
+                           values["prefill_chunk_size"])
+        values["spec_tokens"] = pick("spec_tokens", st.integers(0, most))
     return Config(**{**values, **fixed})
 
 
@@ -215,6 +233,8 @@ def request_bodies(draw: st.DrawFn, prefixes: tuple[tuple[int, ...], ...] = (), 
     if shape.kv_transfer == ON:
         body["kv_load_steps"] = draw(st.none() | st.integers(1, 3))
         body["kv_load_fails"] = body["kv_load_steps"] is not None and draw(st.integers(0, 2)) == 2
+    if shape.spec == ON:
+        body["spec_accepts"] = tuple(draw(st.lists(st.integers(0, 3), max_size=3)))
     return body
 
 

@@ -15,6 +15,7 @@ ALLOCATIONS = ("upfront", "incremental")
 
 
 MAX_SIZE = 2**20   # any size beyond this is a typo, and would exhaust memory somewhere
+MAX_SPEC_TOKENS = 8   # spec_tokens: at most
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -32,7 +33,9 @@ class Config:
     reference scheduler ignores them except to validate prompt token IDs.
     `max_loras`: the most LoRA adapters one step's batch may use, for engines
     that serve LoRA adapters (the "lora" feature, `model.workload.FEATURES`); the
-    reference scheduler serves none.
+    reference scheduler serves none. `spec_tokens`: the draft tokens proposed for
+    each decoding request a step, for engines with speculative decoding (the
+    "spec" feature; 0: none), each verified in the next step's batch.
     """
 
     num_blocks: int = 40
@@ -57,6 +60,7 @@ class Config:
     vocab_size: int = 64
     model_seed: int = 0
     max_loras: int = 1
+    spec_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
@@ -64,6 +68,9 @@ class Config:
             _check_int(name, getattr(self, name), 1)
         for name in ("watermark_blocks", "max_bypasses", "model_seed"):
             _check_int(name, getattr(self, name), 0)
+        _check_int("spec_tokens", self.spec_tokens, 0)
+        if self.spec_tokens > MAX_SPEC_TOKENS:
+            raise WorkloadError(f"config.spec_tokens: must be in [0, {MAX_SPEC_TOKENS}], got {self.spec_tokens}")
         for name in ("wcpb", "priority_preemption", "prefix_caching", "snapshots", "resume_watermark"):
             if not isinstance(getattr(self, name), bool):
                 raise WorkloadError(f"config.{name}: must be true or false, got {json.dumps(getattr(self, name))}")

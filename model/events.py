@@ -149,6 +149,17 @@ class Load(Event, metaclass=_KindType):
 
 
 @dataclass(frozen=True)
+class Draft(Event, metaclass=_KindType):
+    """Speculative decoding: the request's decode this step also verified
+    `count` draft tokens (positions past its input, each taking a slot of the
+    token budget and of its KV). The right ones, up to the first wrong one,
+    are kept: its tokens of the step follow, one more than the drafts kept."""
+
+    count: int
+    kind: ClassVar[str] = "draft"
+
+
+@dataclass(frozen=True)
 class Token(Event, metaclass=_KindType):
     """The request's token number `index` (0-based) was sampled: `token_id`, exiting
     at depth `exit_depth` (1 without looped models)."""
@@ -177,7 +188,7 @@ class Finish(Event, metaclass=_KindType):
 
 FINISH_REASONS = ("length", "stop", "abort", "rejected")
 BY_KIND: dict[str, type[Event]] = {cls.kind: cls for cls in (
-    Arrive, Reject, Abort, Admit, Resume, Preempt, Rewind, Prefill, Token, Publish, Finish, Load)}
+    Arrive, Reject, Abort, Admit, Resume, Preempt, Rewind, Prefill, Token, Publish, Finish, Load, Draft)}
 KINDS = tuple(BY_KIND)
 for _cls in BY_KIND.values():
     _cls.names = tuple(f.name for f in fields(_cls))[1:]

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from loopcheck.model.config import Config
-from loopcheck.model.events import Event, Preempt, Prefill
+from loopcheck.model.events import Draft, Event, Preempt, Prefill
 from loopcheck.model.state import FINISHED, RUNNING, SchedState
 from loopcheck.model.workload import Workload
 
@@ -52,13 +52,15 @@ def state_violations(state: SchedState, cfg: Config, indices: Sequence[int] | No
 def batch_tokens(events: list[Event]) -> int:
     """Token-budget cost of one step, read from its events: each prefill event costs
     its chunk's length; a decode row costs one token, except a first token, which
-    rides on its prefill row."""
+    rides on its prefill row, and one more per draft token it verifies."""
     tokens = 0
     prefilled = {e.rid for e in events if e.kind == "prefill"}
     decoded: set[str] = set()
     for e in events:
         if isinstance(e, Prefill):
             tokens += e.end - e.start
+        elif isinstance(e, Draft):
+            tokens += e.count
         elif e.kind == "token" and e.rid not in prefilled and e.rid not in decoded:
             tokens += 1
             decoded.add(e.rid)

@@ -57,8 +57,9 @@ def ceil_div(a: int, b: int) -> int:
 def total_pages(spec: RequestSpec, cfg: Config) -> int:
     """Pages a request needs for its whole life: prompt + max_tokens - 1 positions
     (the last token is never written), and the prompt's positions when it has
-    max_tokens 0."""
-    return ceil_div(len(spec.prompt) + max(spec.max_tokens, 1) - 1, cfg.block_size)
+    max_tokens 0; under speculative decoding, `spec_tokens` positions more (the
+    drafts a step may write past them; 0 in the reference scheduler)."""
+    return ceil_div(len(spec.prompt) + max(spec.max_tokens, 1) - 1 + cfg.spec_tokens, cfg.block_size)
 
 
 def never_fits(spec: RequestSpec, cfg: Config) -> bool:

@@ -9,7 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from loopcheck.model.config import Config
+from loopcheck.model.config import MAX_SPEC_TOKENS, Config
 from loopcheck.model.errors import WorkloadError
 
 SCHEMA = "loopcheck/workload@1"
@@ -33,7 +33,10 @@ class RequestSpec:
     `kv_load_steps`, for a request whose prompt's KV is in an external store
     (a KV connector: another instance's prefill, an offload tier), the steps
     its load takes once the system starts it (None: nothing to load), and
-    `kv_load_fails`, that load fails when it ends (nothing of it is valid).
+    `kv_load_fails`, that load fails when it ends (nothing of it is valid);
+    `spec_accepts`, under speculative decoding (`Config.spec_tokens`), how many
+    of the draft tokens proposed for it each step are right, cycled (empty:
+    none is).
     """
 
     rid: str
@@ -49,12 +52,14 @@ class RequestSpec:
     grammar_ready: int | None = None
     kv_load_steps: int | None = None
     kv_load_fails: bool = False
+    spec_accepts: tuple[int, ...] = ()
 
     @property
     def features(self) -> frozenset[str]:
         """The deployment features this request uses (names of `FEATURES`)."""
         return frozenset(name for name, used in (("lora", self.lora != 0), ("grammar", self.grammar_ready is not None),
-                                                  ("kv_transfer", self.kv_load_steps is not None)) if used)
+                                                  ("kv_transfer", self.kv_load_steps is not None),
+                                                  ("spec", bool(self.spec_accepts))) if used)
 
     def ready_at(self) -> int | None:
         """The step from which it may be scheduled, by its own inputs (its
@@ -94,13 +99,16 @@ class RequestSpec:
             out["kv_load_steps"] = self.kv_load_steps
         if self.kv_load_fails:
             out["kv_load_fails"] = True
+        if self.spec_accepts:
+            out["spec_accepts"] = list(self.spec_accepts)
         return out
 
 
 _REQUEST_KEYS = {"id", "prompt", "max_tokens", "arrival", "priority", "stop_token",
                  "abort_at", "script_tokens", "script_exit_depths", "lora", "grammar_ready",
-                 "kv_load_steps", "kv_load_fails"}
-FEATURES = ("lora", "grammar", "kv_transfer")   # the deployment features a request may use (`RequestSpec.features`)
+                 "kv_load_steps", "kv_load_fails", "spec_accepts"}
+# the deployment features a request may use (`RequestSpec.features`)
+FEATURES = ("lora", "grammar", "kv_transfer", "spec")
 NEVER = -1                       # `grammar_ready`: the grammar is never compiled
 
 
@@ -186,6 +194,7 @@ def request_from_json(data: Any, index: int, config: Config) -> RequestSpec:
         else _int(f"{where}.grammar_ready", data["grammar_ready"], NEVER, MAX_STEP),
         kv_load_steps=load_steps,
         kv_load_fails=load_fails,
+        spec_accepts=_int_list(f"{where}.spec_accepts", data.get("spec_accepts", []), 0, MAX_SPEC_TOKENS),
     )
 
 

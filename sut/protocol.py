@@ -116,9 +116,11 @@ class Capabilities:
       requests served with LoRA adapters, at most `Config.max_loras` a step;
       "grammar", structured-output requests that wait for their grammar;
       "kv_transfer", requests whose prompt's KV it loads from an external
-      store, reporting each load's start with a `Load` event). Only
+      store, reporting each load's start with a `Load` event; "spec",
+      speculative decoding, `Config.spec_tokens` drafts a decoding request a
+      step, reported with a `Draft` event). Only
       these are drawn for it, and a workload using another is refused. Without
-      "lora", `max_loras` is pinned to 1.
+      "lora", `max_loras` is pinned to 1; without "spec", `spec_tokens` to 0.
     """
 
     kv: bool = False
@@ -140,8 +142,9 @@ class Capabilities:
     def __post_init__(self) -> None:
         if isinstance(self.pinned, dict):
             plain = {} if self.looped else PLAIN_ENGINE
-            no_lora = {} if "lora" in self.features else {"max_loras": 1}
-            object.__setattr__(self, "pinned", {**plain, **no_lora, **self.pinned})
+            unclaimed = {**({} if "lora" in self.features else {"max_loras": 1}),
+                         **({} if "spec" in self.features else {"spec_tokens": 0})}
+            object.__setattr__(self, "pinned", {**plain, **unclaimed, **self.pinned})
 
 
 @dataclass

@@ -23,7 +23,7 @@ EXAMPLE = ROOT / "examples" / "livelock_min.json"
 
 def test_each_kind_is_a_frozen_class_printed_and_stored_as_before() -> None:
     assert KINDS == ("arrive", "reject", "abort", "admit", "resume", "preempt", "rewind", "prefill", "token",
-                     "publish", "finish", "load")
+                     "publish", "finish", "load", "draft")
     e = Token("a", 3, 17, 2)
     assert (e.index, e.token_id, e.exit_depth) == (3, 17, 2)
     assert str(e) == "token(a, 3, 17, 2)" and e.to_json() == ["token", "a", 3, 17, 2]

@@ -70,10 +70,11 @@ def test_a_scope_takes_kv_loads_and_a_system_without_the_feature_explores_none()
 
 
 def test_features_are_drawn_only_for_a_system_that_claims_them() -> None:
-    assert str(Shape().for_system(Capabilities())).endswith("lora=off,grammar=off,kv_transfer=off")
+    assert str(Shape().for_system(Capabilities())).endswith("lora=off,grammar=off,kv_transfer=off,spec=off")
     assert str(Shape().for_system(Capabilities(features=("lora", "grammar")))).endswith(
-        "lora=on,grammar=on,kv_transfer=off")
+        "lora=on,grammar=on,kv_transfer=off,spec=off")
     assert Capabilities().pinned["max_loras"] == 1 and "max_loras" not in Capabilities(features=("lora",)).pinned
+    assert Capabilities().pinned["spec_tokens"] == 0 and "spec_tokens" not in Capabilities(features=("spec",)).pinned
 
 
 def test_a_system_without_the_feature_refuses_the_workload(tmp_path, capsys) -> None:
@@ -154,3 +155,25 @@ def test_the_step_executor_finishes_jobs_at_their_step_and_drops_cancelled_ones(
     pool.run_due(2)
     assert later.result() == "ready" and cancelled.cancelled() and not never.done() and len(pool.jobs) == 1
     assert pool.pending(2) == (("a", None),)
+
+
+def test_speculative_decoding_round_trips_and_is_validated() -> None:
+    spec = RequestSpec("a", (1, 2), 2, spec_accepts=(2, 0))
+    cfg = Config(**{**CFG.to_json(), "spec_tokens": 2})
+    data = {"schema": "loopcheck/workload@1", "config": cfg.to_json(), "requests": [spec.to_json()]}
+    w = workload_from_json(json.loads(json.dumps(data)))
+    assert w.requests == (spec,) and w.config.spec_tokens == 2 and spec.features == {"spec"}
+    for bad, message in (({**data, "config": {**cfg.to_json(), "spec_tokens": 9}}, r"config.spec_tokens: must be in"),
+                         ({**data, "requests": [{**spec.to_json(), "spec_accepts": [9]}]},
+                          r"requests\[0\]\.spec_accepts\[0\]: must be <= 8")):
+        with pytest.raises(WorkloadError, match=message):
+            workload_from_json(bad)
+
+
+def test_a_scope_takes_spec_accepts() -> None:
+    from loopcheck.explorer.scope import PRESETS, scope_from_json
+
+    data = {**PRESETS["tiny"].to_json(), "spec_accepts": [[], [1, 0]]}
+    assert scope_from_json(data, "s").spec_accepts == ((), (1, 0))
+    with pytest.raises(WorkloadError, match=r"scope.spec_accepts\[0\]: must be a list"):
+        scope_from_json({**data, "spec_accepts": [1]}, "bad")

@@ -67,10 +67,20 @@ def test_crashes_at_two_sites_are_never_one_group(tmp_path, monkeypatch) -> None
     assert all(sum(s.startswith("crash@") for s in g.signatures) == 1 for g in groups)
 
 
+# The engine findings shipped in examples/ENGINE by cause (each read in the engine's code): three of vLLM's
+# files are one mechanism, a request its waiting loop can never schedule stopping the loop at the queue head
+# (too large for the pool; its KV load's reservation too large; its padded verify step larger than the budget).
+SHIPPED_CAUSES = {
+    "vllm": [["kv_load_spec_stall.json", "queue_head_stall.json", "spec_pad_stall.json"], ["priority_inversion.json"],
+             ["spec_pad_chunk_crash.json"], ["uncomputed_prefix_hit.json"]],
+    "sglang": [["chunk_overwritten.json"], ["deferred_abort.json"], ["idle_stall.json"]],
+}
+
+
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_each_shipped_engine_finding_is_one_group(engine) -> None:
-    """The engine bugs shipped in examples/ENGINE (each one cause, read in the
-    engine's code), taken as one campaign's findings: one group each."""
+    """The engine bugs shipped in examples/ENGINE, taken as one campaign's
+    findings: one group per cause."""
     if importlib.util.find_spec(engine) is None:
         pytest.skip(f"{engine} is not installed: run scripts/install-engine.sh {engine}")
     factory, checks = load_factory(engine), CheckSet("property")
@@ -80,4 +90,5 @@ def test_each_shipped_engine_finding_is_one_group(engine) -> None:
         assert run.violation is not None, path
         found.append(Finding(run.violation, path, 1, None, checks))
     groups = group_findings(found, factory, checks)
-    assert len(found) == 3 and [len(g.findings) for g in groups] == [1, 1, 1], [g.signatures for g in groups]
+    grouped = sorted(sorted(Path(f.counterexample).name for f in g.findings) for g in groups)
+    assert grouped == SHIPPED_CAUSES[engine], [g.signatures for g in groups]

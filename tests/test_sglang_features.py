@@ -40,8 +40,10 @@ def test_the_grammar_queue_holds_each_request_until_its_grammar_is_compiled() ->
     assert [(e.kind, e.rid) for e in run.driver.trace[2] if e.rid == "e"] == [("abort", "e"), ("finish", "e")]
 
 
-def test_sglang_claims_grammar_and_not_lora() -> None:
+def test_sglang_claims_grammar_and_no_other_feature() -> None:
     from loopcheck.adapters.loader import capabilities_of, load_factory
 
     caps = capabilities_of(load_factory("sglang"))
-    assert caps.features == ("grammar",) and str(Shape().for_system(caps)).endswith("lora=off,grammar=on")
+    shape = Shape().for_system(caps)
+    assert caps.features == ("grammar",) and shape.grammar == "on"
+    assert (shape.lora, shape.kv_transfer, shape.spec) == ("off", "off", "off")

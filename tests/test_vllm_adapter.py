@@ -98,7 +98,8 @@ def test_shipped_counterexamples_replay(name, prop, capsys) -> None:
 # it shrinks to its plain form (with LoRA adapters drawn, seed 1 meets it at 5
 # requests whose adapters decide which run, a local minimum of the shrinker).
 @pytest.mark.parametrize("shape,prop,others", [("", "stall", ("never-fit-not-rejected", "priority-inversion")),
-                                               ("oversized=off,lora=off,grammar=off", "priority-inversion", ())])
+                                               ("oversized=off,lora=off,grammar=off,kv_transfer=off,spec=off",
+                                                "priority-inversion", ())])
 def test_fuzzing_finds_each_bug_from_scratch(tmp_path, shape, prop, others) -> None:
     result = run_campaign(CampaignSettings("guarded", 600, 1, tmp_path, "random", factory=factory(),
                           checks=CheckSet("property", frozenset(others)), shape=Shape.parse(shape),

@@ -62,12 +62,15 @@ def test_a_request_waits_for_its_grammar_and_one_never_compiled_is_left_waiting(
     assert admitted_at(run) == {"a": 0, "d": 1, "b": 3}
 
 
-def test_a_campaign_with_the_features_on_meets_no_finding(tmp_path) -> None:
+@pytest.mark.parametrize("off", ["spec", "kv_transfer"])
+def test_a_campaign_with_the_features_on_meets_no_finding(tmp_path, off) -> None:
     """Oversized requests and priorities off keep vLLM's queue-head stall and
-    priority inversion out of reach; prefix caching on and off."""
+    priority inversion out of reach; KV transfer and speculative decoding in
+    turn, as together they meet the stall's other face
+    (examples/vllm/kv_load_spec_stall.json); prefix caching on and off."""
     from loopcheck.adapters.vllm_sut import VllmSUT
 
-    shape = Shape.parse("oversized=off,priorities=off")
+    shape = Shape.parse(f"oversized=off,priorities=off,{off}=off")
     result = run_campaign(CampaignSettings("guarded", 600, 5, tmp_path, "random", factory=VllmSUT,
                                            checks=CheckSet("property"), shape=shape, max_examples=150))
     assert result.stats.examples >= 150 and not result.findings, result.findings[:1]
