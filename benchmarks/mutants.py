@@ -7,7 +7,10 @@ scheduler, KV cache manager and block pool (as the fuzz process imports them:
 the installed vLLM is not touched), fuzzed through the vLLM adapter with the
 property checks, its two known bugs kept out of the way (`--shape
 oversized=off --ignore priority-inversion`, so a mutant seen only as a priority
-inversion survives); with --target lmdeploy, bugs planted in LMDeploy's paging code
+inversion survives; pass `--shape oversized=off,spec=off` for the KV transfer
+mutants and `--shape oversized=off,kv_transfer=off` for the speculative
+decoding ones, as the two together meet the queue-head stall's face of
+examples/vllm/kv_load_spec_stall.json); with --target lmdeploy, bugs planted in LMDeploy's paging code
 (allocator, prefix-cache trie, sequence states, scheduler), fuzzed through the
 LMDeploy adapter with the property checks; with --target sglang, bugs planted in SGLang's
 allocator, radix cache, prefill adder and requests, fuzzed through the SGLang adapter with
@@ -23,7 +26,8 @@ shortest finding was met), survived with a certificate of the whole scope, or
 survived with the exploration incomplete.
 
 Usage: python -m benchmarks.mutants [--target engine|vllm|lmdeploy|sglang] [--budget 20] [--seed 1] [--only NAME,...]
-                                    [--configs regression,random] [--explore SCOPE]
+                                    [--configs regression,random] [--shape NAME=on|off,...] [--ignore SIG,...]
+                                    [--explore SCOPE]
 """
 
 from __future__ import annotations
@@ -316,24 +320,33 @@ PLANTED_MAIN = ("import json, os; from benchmarks.mutants import plant_on_import
              "plant_on_import(json.loads(os.environ['LOOPCHECK_MUTANT'])); " + CLI_MAIN)
 
 
-def adapter_flags(target: str) -> list[str]:
-    """The system of the target and the known findings its runs ignore."""
-    return {"vllm": ["--adapter", "vllm", "--ignore", "priority-inversion"],
-            "lmdeploy": ["--adapter", "lmdeploy"],
-            "sglang": ["--adapter", "sglang", "--ignore", SGLANG_KNOWN]}.get(target, ["--adapter", "torch"])
+# the fuzz shape of a target whose known bugs a feature would meet (vLLM's queue-head stall: oversized requests)
+DEFAULT_SHAPES = {"vllm": "oversized=off"}
 
 
-def fuzz(scratch: Path, budget: float, seed: int, configs: str, edits: tuple, target: str) -> dict:
+KNOWN = {"vllm": "priority-inversion", "sglang": SGLANG_KNOWN}   # the known findings a target's runs ignore
+
+
+def adapter_flags(target: str, ignore: str) -> list[str]:
+    """The system of the target and the findings its runs ignore: its known
+    ones and `ignore` (comma-separated)."""
+    ignored = ",".join(filter(None, (KNOWN.get(target, ""), ignore)))
+    adapter = target if target in ("vllm", "lmdeploy", "sglang") else "torch"
+    return ["--adapter", adapter, *(["--ignore", ignored] if ignored else [])]
+
+
+def fuzz(scratch: Path, budget: float, seed: int, configs: str, edits: tuple, target: str, shape: str,
+         ignore: str) -> dict:
     """One fuzz campaign in a subprocess, `edits` planted as it imports the
     modules they name (this checkout's engine and model, or the installed vLLM),
-    its output under `scratch`."""
-    shape = ["--shape", "oversized=off"] if target == "vllm" else []   # (vLLM's queue-head stall out of the way)
-    return planted_run(scratch, edits, budget, ["fuzz", *adapter_flags(target), *shape, "--configs", configs,
+    workloads of `shape`, its output under `scratch`."""
+    shaped = ["--shape", shape] if shape else []
+    return planted_run(scratch, edits, budget, ["fuzz", *adapter_flags(target, ignore), *shaped, "--configs", configs,
                                                 "--policy", "guarded", "--budget-seconds", str(budget), "--seed",
                                                 str(seed), "--out", str(scratch / f"fuzz-out-{configs}")])
 
 
-def explore(scratch: Path, budget: float, scope: str, edits: tuple, target: str) -> dict:
+def explore(scratch: Path, budget: float, scope: str, edits: tuple, target: str, ignore: str) -> dict:
     """Scoped exploration of `budget` seconds in a subprocess, `edits` planted
     as in `fuzz`: the scope without the prompts larger than its smallest pool
     (as fuzz's shape leaves out oversized requests for vLLM), its shortest
@@ -343,7 +356,7 @@ def explore(scratch: Path, budget: float, scope: str, edits: tuple, target: str)
     fitting = replace(spec, prompts=tuple(p for p in spec.prompts if len(p) < positions))
     path = scratch / "scope.json"
     path.write_text(json.dumps(fitting.to_json()))
-    return planted_run(scratch, edits, budget, ["explore", *adapter_flags(target), "--scope", str(path),
+    return planted_run(scratch, edits, budget, ["explore", *adapter_flags(target, ignore), "--scope", str(path),
                                                 "--max-seconds", str(budget), "--out", str(scratch / "explore-out")])
 
 
@@ -380,6 +393,12 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated mutant names")
     parser.add_argument("--configs", default="random",
                         help="config modes to fuzz in turn, the budget split between them")
+    parser.add_argument("--shape", metavar="NAME=on|off,...",
+                        help="the campaigns' workload shape (default: oversized=off for vLLM, so that its queue-head "
+                             "stall is out of the way; else every feature on)")
+    parser.add_argument("--ignore", default="", metavar="SIGNATURE,...",
+                        help="known findings the campaigns ignore besides the target's own (a known bug a shape "
+                             "meets sooner)")
     parser.add_argument("--explore", metavar="SCOPE",
                         help="also explore this scope (a preset or a file) for the same seconds per mutant: a "
                              "column beside fuzz's")
@@ -396,7 +415,9 @@ def main() -> None:
             modes = args.configs.split(",")
             offset = 0.0     # budget spent in earlier config modes
             for configs in modes:   # the budget split between the config modes, in order
-                result = fuzz(scratch, args.budget / len(modes), args.seed, configs, edits, args.target)
+                result = fuzz(scratch, args.budget / len(modes), args.seed, configs, edits, args.target,
+                              args.shape if args.shape is not None else DEFAULT_SHAPES.get(args.target, ""),
+                              args.ignore)
                 found = result["summary"].get("counterexamples") or []
                 if found or result["rc"] != 0:
                     break
@@ -412,7 +433,8 @@ def main() -> None:
             else:
                 rows.append([name, f"error rc={result['rc']}", result["stderr"].splitlines()[-1:] or "", "", ""])
             if args.explore:
-                cells, seconds = explore_cells(explore(scratch, args.budget, args.explore, edits, args.target))
+                cells, seconds = explore_cells(explore(scratch, args.budget, args.explore, edits, args.target,
+                                                       args.ignore))
                 rows[-1] += cells
                 explored.append(seconds if name not in EQUIVALENT else None)
             print(f"  {name}: {rows[-1][1]}", file=sys.stderr, flush=True)

@@ -90,10 +90,11 @@ def test_check_adapter_fails_a_system_that_is_not_deterministic(tmp_path, capsys
 
 
 def test_the_plain_engine_profile_pins_the_looped_fields() -> None:
-    no_lora = {"max_loras": 1}   # (a system without the "lora" feature runs max_loras 1)
-    assert Capabilities().pinned == {**PLAIN_ENGINE, **no_lora}
-    assert Capabilities(pinned={"block_size": 16}).pinned == {**PLAIN_ENGINE, **no_lora, "block_size": 16}
-    assert Capabilities(looped=True).pinned == no_lora and Capabilities(looped=True, features=("lora",)).pinned == {}
+    no_features = {"max_loras": 1, "spec_tokens": 0}   # (what a system without "lora" and "spec" runs)
+    assert Capabilities().pinned == {**PLAIN_ENGINE, **no_features}
+    assert Capabilities(pinned={"block_size": 16}).pinned == {**PLAIN_ENGINE, **no_features, "block_size": 16}
+    assert Capabilities(looped=True).pinned == no_features
+    assert Capabilities(looped=True, features=("lora", "spec")).pinned == {}
     system = types.SimpleNamespace(add=id, abort=id, step=id, observe=id,
                                    capabilities=Capabilities(pinned={"num_loops": 2}))
     with pytest.raises(ProtocolError, match="capabilities.looped False"):
