@@ -11,7 +11,8 @@ Explore runs the whole scope with --keep-going (every workload, past findings);
 the fuzz campaigns get the seconds the exploration took. A second table gives,
 per deployment feature, the code of its paths each side ran: the lines of the
 system's files that name it (`FEATURE_LINES`: "lora"; "structured_output" or
-"grammar"; a KV connector, a remote KV load or its failure), how many of them
+"grammar"; a KV connector, a remote KV load or its failure; speculative decoding's
+draft or spec tokens), how many of them
 each side ran, and the edges from or to them.
 
 Usage: python -m benchmarks.reach [--systems vllm,sglang,lmdeploy,minisched] [--scope small] [--workers 2]
@@ -110,7 +111,8 @@ def branch_edges(edges: set[Edge], every: set[Edge]) -> set[Edge]:
 FEATURE_LINES = {"lora": re.compile("lora", re.IGNORECASE),
                  "grammar": re.compile("structured_output|grammar", re.IGNORECASE),
                  "kv_transfer": re.compile(r"(?<!ec_)connector|remote_kv|recving|kv_load|invalid_block|kv_xfer",
-                                           re.IGNORECASE)}
+                                           re.IGNORECASE),
+                 "spec": re.compile(r"spec_token|spec_decode|num_spec|draft|speculative", re.IGNORECASE)}
 
 
 def naming_lines(paths: set[str], pattern: re.Pattern[str]) -> set[tuple[str, int]]:

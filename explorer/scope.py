@@ -245,6 +245,14 @@ PRESETS: dict[str, Scope] = {
                  "spec_tokens": [1, 2]},
         prompts=[[1, 1], [1, 1, 2]], max_tokens=[1, MOST], spec_accepts=[[], [1], [2, 0]],
         max_requests=2, aborts=True, horizon=3, max_steps=40),
+    # memory pressure: three requests whose decodes (20 tokens, a stop token never given, so that an admission
+    # estimate may count on an early stop) outgrow the pool together though any two fit
+    "pressure": _preset(
+        "pressure",
+        configs={"num_blocks": [24, 30], "block_size": [2], "max_num_seqs": [3], "max_num_batched_tokens": [8],
+                 "prefill_chunk_size": [8], "prefix_caching": [False, True], "priority_preemption": [False]},
+        prompts=[[1, 2], [1, 1, 2]], max_tokens=[12, 20], stops=[NEVER],
+        max_requests=3, arrivals_per_step=2, horizon=2, max_steps=100),
     # focused presets: three requests, few configs, each explored in minutes on every shipped system
     "prefix": _preset(
         "prefix",

@@ -235,3 +235,33 @@ def test_its_claimed_retraction_order_is_judged_and_a_reversed_one_is_caught(mon
     run = run_workload(w, factory(), checks_for("property"))
     assert run.violation is not None and run.violation.prop == "victim-order", run.violation
     assert "SGLang's retract_decode" in run.violation.message
+
+
+def test_the_pressure_preset_reaches_retraction_with_no_finding(monkeypatch) -> None:
+    """The pressure preset (docs/exploring.md), on one of its configs: its
+    workloads make SGLang retract decoding requests (retract_decode runs, a
+    path the small preset never takes) and every one of them holds every property."""
+    from loopcheck.adapters.loader import capabilities_of
+    from loopcheck.checks.suite import default_mode
+    from loopcheck.explorer.scope import PRESETS, scope_from_json
+    from loopcheck.explorer.scoped import Limits, explore_units, make_plan
+
+    data = PRESETS["pressure"].to_json()
+    scope = scope_from_json({**data, "configs": {**data["configs"], "num_blocks": [30], "prefix_caching": [False]},
+                             "max_tokens": [20]},
+                            "pressure, one config")
+    system = factory()
+    caps = capabilities_of(system)
+    batch = sys.modules["sglang.srt.managers.schedule_batch"].ScheduleBatch   # (as the adapter imported it)
+    original, retractions = batch.retract_decode, []
+
+    def counted(self, *args, **kwargs):
+        retractions.append(len(self.reqs))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "retract_decode", counted)
+    plan = make_plan(system, scope, caps)
+    result = explore_units(system, plan, plan.part(1, 1), CheckSet(default_mode(caps.semantics)), Limits(),
+                           keep_going=True)
+    assert result.findings == [] and result.tally.transitions > 500
+    assert retractions, "no workload of the pressure preset made SGLang retract"
