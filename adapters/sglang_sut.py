@@ -59,6 +59,9 @@ TORCHVISION_IMPORTS = ("torchvision", "torchvision.transforms", "torchvision.tra
 _REASONS = {"FINISH_LENGTH": "length", "FINISH_MATCHED_TOKEN": "stop", "FINISH_ABORT": "abort"}
 
 
+ABORT_REPLY = "Aborted by AbortReq."   # SGLang's finish message for a request its client aborted
+
+
 @functools.cache
 def _import_scheduler() -> Any:
     """SGLang's scheduler module, importable on a Linux CPU machine: SGLang
@@ -68,8 +71,8 @@ def _import_scheduler() -> Any:
     (for image models only); where it is not installed (it is not in
     requirements-sglang.txt: PyPI's wheel is a CUDA build that fails beside a
     CPU torch), stand-ins from the same stubs serve that import and are then
-    removed, so that nothing else in the process sees a torchvision. Once per
-    process."""
+    removed, so that nothing else in the process sees a torchvision. SGLang's
+    error line for each aborted request is filtered out. Once per process."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
@@ -98,6 +101,9 @@ def _import_scheduler() -> Any:
         for module in stand_ins:
             del sys.modules[module.__name__]
     logging.getLogger("sglang").setLevel(logging.ERROR)
+    # (SGLang logs a client's abort as an error of the request, once per abort: the protocol's aborts are inputs)
+    logging.getLogger("sglang.srt.managers.schedule_batch").addFilter(
+        lambda record: not record.getMessage().startswith(ABORT_REPLY))
     _one_rank()
     return scheduler
 
