@@ -11,6 +11,7 @@ from typing import Any
 
 from loopcheck.model.config import MAX_SPEC_TOKENS, Config
 from loopcheck.model.errors import WorkloadError
+from loopcheck.model.record import check_record
 
 SCHEMA = "loopcheck/workload@1"
 
@@ -269,7 +270,8 @@ class InputSchedule:
 
 
 def workload_from_json(data: Any) -> Workload:
-    """Validate a parsed JSON document; raise WorkloadError naming the field."""
+    """Validate a parsed JSON document (a counterexample's record too:
+    model/record.py); raise WorkloadError naming the field."""
     if not isinstance(data, dict):
         raise WorkloadError("document: must be a JSON object")
     if data.get("schema") != SCHEMA:
@@ -281,6 +283,7 @@ def workload_from_json(data: Any) -> Workload:
     config = Config.from_json(data["config"])
     requests = tuple(request_from_json(r, i, config) for i, r in enumerate(data["requests"]))
     extra = {k: v for k, v in data.items() if k not in ("schema", "config", "requests")}
+    check_record(extra, {r.rid for r in requests})
     return Workload(config, requests, extra)
 
 

@@ -48,6 +48,18 @@ FILES = {  # name -> (file text or bytes, words the error line must contain)
     "empty-prompt": (doc(request={"prompt": []}), "prompt"),
     "duplicate-id": (doc(request={"id": GOOD["requests"][1]["id"]}), "duplicate request id"),
     "unknown-request-key": (doc(request={"colour": 1}), "colour"),
+    # a counterexample's record (model/record.py): each field typed, and within the file's trace and requests
+    "cycle-string": (doc(property="livelock", cycle="x"), "cycle: must be an object"),
+    "cycle-negative": (doc(cycle={"start": -1, "length": 1}), "cycle.start"),
+    "cycle-empty": (doc(cycle={"start": 0, "length": 0}), "cycle.length"),
+    "cycle-past-trace": (doc(trace=[[], []], cycle={"start": 1, "length": 2}), "past the trace"),
+    "step-string": (doc(step="3"), "step: must be a step number"),
+    "step-past-trace": (doc(trace=[[]], step=4), "step: 4 lies past the trace"),
+    "trace-not-list": (doc(trace={"0": []}), "trace: must be a list"),
+    "trace-unknown-kind": (doc(trace=[[["teleport", GOOD["requests"][0]["id"]]]]), "trace[0][0]: unknown event kind"),
+    "trace-stranger": (doc(trace=[[["arrive", "nobody"]]]), "request 'nobody' is not one of"),
+    "trace-arity": (doc(trace=[[["admit", GOOD["requests"][0]["id"]]]]), "admit carries 1 fields"),
+    "property-number": (doc(property=7), "property: must be a non-empty string"),
 }
 COMMANDS = (["simulate"], ["simulate", "--adapter", "torch"], ["replay"], ["explore"])
 
