@@ -8,7 +8,7 @@ from loopcheck.checks.needs import lifetime_blocks
 from loopcheck.model.config import Config
 from loopcheck.model.events import Draft, Event, Finish, Preempt, Prefill, Resume, Token
 from loopcheck.sut.protocol import Capabilities, Observation
-from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, SUBMITTED, WAITING
+from loopcheck.sut.view import AFTER, FINISHED, PREEMPTED, RUNNING, SUBMITTED, WAITING, TraceView
 
 # The statuses (as the events so far report them) in which each event may come.
 ALLOWED = {"arrive": {SUBMITTED}, "reject": {WAITING}, "abort": {SUBMITTED, WAITING, RUNNING, PREEMPTED},
@@ -25,7 +25,8 @@ class Lifecycle(Check):
     `finish(length)` comes with exactly max_tokens, `finish(stop)` right after its
     stop token, and its stop token, once generated, finishes it in that step. A
     request that fits the pool alone is never preempted while no other request is
-    in the system (waiting, running or preempted): nobody could need its blocks."""
+    in the system (waiting, running or preempted, or finished with its KV load
+    still in flight): nobody could need its blocks."""
 
     props = ("lifecycle", "lone-preemption")
 
@@ -36,7 +37,7 @@ class Lifecycle(Check):
             now = status.get(e.rid, SUBMITTED)
             if now not in ALLOWED[e.kind]:
                 self.broke(Violation("lifecycle", f"{e} while {e.rid} is {now}", rule="transition"))
-            if e.kind == "preempt" and self._alone(e.rid, status) and (
+            if e.kind == "preempt" and self._alone(e.rid, status, view) and (
                     lifetime_blocks(view.requests[e.rid].spec, cfg) + cfg.watermark_blocks <= cfg.num_blocks):
                 self.broke(Violation("lone-preemption", f"{e.rid} was preempted while no other request was in the "
                                                         "system, although it fits the pool alone"))
@@ -61,8 +62,13 @@ class Lifecycle(Check):
                                          rule="stop-without-token"))
 
     @staticmethod
-    def _alone(rid: str, status: dict[str, str]) -> bool:
-        return not any(x != rid and s in (WAITING, RUNNING, PREEMPTED) for x, s in status.items())
+    def _alone(rid: str, status: dict[str, str], view: TraceView) -> bool:
+        """No other request is in the system, nor holds blocks for a KV load
+        still in flight in this step (an aborted request's load keeps its blocks
+        until it ends)."""
+        step = view.step - 1   # (the step being judged: the view has folded it)
+        return not any(x != rid and s in (WAITING, RUNNING, PREEMPTED) for x, s in status.items()) and not any(
+            x != rid and r.load is not None and not r.load.ended(step) for x, r in view.in_flight.items())
 
 
 class Work(Check):

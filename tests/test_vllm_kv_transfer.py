@@ -17,7 +17,7 @@ import pytest
 from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.driver import run_workload
 from loopcheck.model.config import Config
-from loopcheck.model.events import Admit, Load, Prefill, Token
+from loopcheck.model.events import Admit, Load, Preempt, Prefill, Token
 from loopcheck.model.workload import RequestSpec, Workload
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
@@ -156,3 +156,20 @@ def test_a_load_past_the_positions_a_request_has_breaks_its_rule() -> None:
     w = vllm_workload(RequestSpec("a", (1, 2, 3, 4, 5), 2, kv_load_steps=1))
     run = run_workload(w, Overloads, CheckSet("property").build())
     assert run.violation is not None and run.violation.signature == "kv-load.past-known", run.violation
+
+
+def test_a_request_preempted_for_blocks_an_aborted_load_still_holds_is_not_alone() -> None:
+    """(Found by `loopcheck fuzz --adapter vllm --seed 3` with every feature on.)
+    b is aborted while its load is in flight; vLLM keeps b's blocks until the
+    load ends, so a, decoding, finds the pool full and vLLM preempts it: not a
+    lone preemption, as b's load still holds blocks."""
+    w = vllm_workload(RequestSpec("c", (11, 34, 47), 2),
+                      RequestSpec("b", (14, 19, 43, 40, 17, 18), 1, abort_at=4, kv_load_steps=3),
+                      RequestSpec("a", (0, 11, 55, 56, 34), 2),
+                      num_blocks=12, block_size=1, max_num_seqs=3, max_num_batched_tokens=6, prefill_chunk_size=2,
+                      spec_tokens=1)
+    run, held = held_after_each_step(w)
+    a = events_of(run, "a")
+    assert run.violation is None and run.drained, run.violation
+    # b aborted in step 4 with its load in flight: 11 of 12 blocks held (b's 6), a preempted by itself in step 5
+    assert held[4] == 11 and (5, Preempt("a", "a", True)) in a and run.observation.outputs["a"].finish_reason == "length"
