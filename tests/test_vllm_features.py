@@ -10,6 +10,7 @@ these tests are skipped with that reason, visibly."""
 from __future__ import annotations
 
 import importlib.util
+from functools import partial
 
 import pytest
 
@@ -18,21 +19,16 @@ from loopcheck.driver.driver import run_workload
 from loopcheck.fuzz.campaign import run_campaign
 from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import Shape
-from loopcheck.model.config import Config
 from loopcheck.model.events import Admit
-from loopcheck.model.workload import NEVER, RequestSpec, Workload
+from loopcheck.model.workload import NEVER, RequestSpec
+from tests.vllm_workloads import vllm_workload as shared_workload
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM is not installed: run scripts/install-engine.sh vllm")
 
 
-def vllm_workload(*requests: RequestSpec, **changes) -> Workload:
-    from loopcheck.adapters.vllm_sut import PINNED
-    from loopcheck.sut.protocol import PLAIN_ENGINE
-
-    cfg = Config(**{**Config().to_json(), **PLAIN_ENGINE, **PINNED, "num_blocks": 12, "max_num_seqs": 3,
-                    "max_num_batched_tokens": 8, **changes})
-    return Workload(cfg, requests)
+# (a call's fields override these)
+vllm_workload = partial(shared_workload, num_blocks=12, max_num_seqs=3, max_num_batched_tokens=8)
 
 
 def admitted_at(run) -> dict[str, int]:

@@ -11,27 +11,22 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import replace
+from functools import partial
 
 import pytest
 
 from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.driver import run_workload
-from loopcheck.model.config import Config
 from loopcheck.model.events import Draft, Token
 from loopcheck.model.workload import RequestSpec, Workload
+from tests.vllm_workloads import vllm_workload as shared_workload
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM is not installed: run scripts/install-engine.sh vllm")
 
 
-def vllm_workload(*requests: RequestSpec, **changes) -> Workload:
-    from loopcheck.adapters.vllm_sut import PINNED
-    from loopcheck.sut.protocol import PLAIN_ENGINE
-
-    cfg = Config(**{**Config().to_json(), **PLAIN_ENGINE, **PINNED, "num_blocks": 16, "block_size": 2,
-                    "max_num_seqs": 3, "max_num_batched_tokens": 8, "prefill_chunk_size": 8, "spec_tokens": 2,
-                    **changes})
-    return Workload(cfg, requests)
+vllm_workload = partial(shared_workload, num_blocks=16, block_size=2, max_num_seqs=3, max_num_batched_tokens=8,
+                        prefill_chunk_size=8, spec_tokens=2)   # (a call's fields override these)
 
 
 def run(w: Workload, factory=None):
