@@ -57,7 +57,7 @@ def _trace_length(trace: Any, rids: Collection[str]) -> int:
             cls = BY_KIND.get(kind) if isinstance(kind, str) else None
             if cls is None:
                 raise WorkloadError(f"{where}: unknown event kind {kind!r} (known: {', '.join(BY_KIND)})")
-            if rid not in rids:
+            if not isinstance(rid, str) or rid not in rids:
                 raise WorkloadError(f"{where}: request {rid!r} is not one of the file's requests")
             if len(values) != len(cls.names):
                 raise WorkloadError(f"{where}: {kind} carries {len(cls.names)} fields "

@@ -58,6 +58,7 @@ FILES = {  # name -> (file text or bytes, words the error line must contain)
     "trace-not-list": (doc(trace={"0": []}), "trace: must be a list"),
     "trace-unknown-kind": (doc(trace=[[["teleport", GOOD["requests"][0]["id"]]]]), "trace[0][0]: unknown event kind"),
     "trace-stranger": (doc(trace=[[["arrive", "nobody"]]]), "request 'nobody' is not one of"),
+    "trace-rid-list": (doc(trace=[[["arrive", []]]]), "request [] is not one of"),
     "trace-arity": (doc(trace=[[["admit", GOOD["requests"][0]["id"]]]]), "admit carries 1 fields"),
     "property-number": (doc(property=7), "property: must be a non-empty string"),
 }
