@@ -25,6 +25,7 @@ from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event, GenericEventError, Load
 from loopcheck.model.simulate import Counters
 from loopcheck.model.workload import InputSchedule, RequestSpec, Workload
+from loopcheck.runctl.stop import OutOfTime
 from loopcheck.sut.code import Frame, code_paths, innermost, place, site
 from loopcheck.sut.protocol import (
     Capabilities,
@@ -404,6 +405,7 @@ class Run:
     driver: Driver
     violation: Violation | None
     drained: bool
+    out_of_time: bool = False   # ended by the caller's wall-clock bound (`OutOfTime` from `on_step`)
 
     @property
     def observation(self) -> Observation:
@@ -416,7 +418,8 @@ def run_workload(workload: Workload, factory: SutFactory, checks: Sequence[Check
     """Drive a recorded workload (arrivals and aborts by step). With checks, drain
     within their cap (or `max_steps`) and run their end tests; without, run until
     drained or `max_steps`. A run an ignored finding ended (`Driver.ended_by`)
-    has no violation and has not drained."""
+    has no violation and has not drained; nor has one that `on_step` ended by
+    raising OutOfTime (`Run.out_of_time`)."""
     driver = Driver(factory, workload.config, checks, on_step, coverage, past_repeats)
     last = max((max(s.arrival, s.abort_at or 0) for s in workload.requests), default=0)
     driver.inputs_until = last
@@ -435,4 +438,6 @@ def run_workload(workload: Workload, factory: SutFactory, checks: Sequence[Check
         return Run(driver, v, False)
     except RunEnded:
         return Run(driver, None, False)
+    except OutOfTime:
+        return Run(driver, None, False, out_of_time=True)
     return Run(driver, None, driver.drained())

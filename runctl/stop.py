@@ -50,3 +50,9 @@ class StopRequest:
             yield
         finally:
             cls._deferring -= 1
+
+
+class OutOfTime(Exception):
+    """A run's wall-clock bound (`--max-seconds`) passed: raised between two steps
+    by the caller's step hook, it ends the run there, neither drained nor
+    failed (`driver.run_workload`'s `Run.out_of_time`)."""

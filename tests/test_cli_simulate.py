@@ -67,3 +67,21 @@ def test_a_system_that_does_not_return_is_a_hang_exit_1(monkeypatch, capsys) -> 
     assert main(["simulate", EXAMPLE, "--adapter", spins, "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["crash"] is None and data["hang"].startswith("step() did not return within 0.2 s")
+
+
+def test_max_seconds_ends_a_long_run_incomplete(capsys) -> None:
+    """A livelock given a million steps stops at --max-seconds: INCOMPLETE, exit 1,
+    what ran so far reported (its steps, in the text and the JSON); a bound of 0
+    is bad input."""
+    assert main(["simulate", EXAMPLE, "--policy", "unguarded", "--max-steps", "1000000", "--max-seconds", "0.5"]) == 1
+    out = capsys.readouterr().out
+    assert "INCOMPLETE: --max-seconds 0.5 passed" in out and "NOT drained" not in out
+    assert main(["simulate", EXAMPLE, "--policy", "unguarded", "--max-steps", "1000000", "--max-seconds", "0.2",
+                 "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    # (stopped long before its million steps: at about 8,000 steps a second here)
+    assert data["incomplete"] == "INCOMPLETE: --max-seconds 0.2 passed" and 0 < data["steps"] < 1_000_000
+    assert main(["simulate", EXAMPLE, "--policy", "guarded", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["incomplete"] is None
+    assert main(["simulate", EXAMPLE, "--max-seconds", "0"]) == 2
+    assert "--max-seconds: must be > 0" in capsys.readouterr().err
