@@ -37,9 +37,9 @@ def runs_differ(workload: Workload, factory: SutFactory, checks: Callable[[], Se
                 ) -> tuple[Run, int | None]:
     """The first of `runs` runs of `workload` (fresh checks each; `on_step` sees
     its steps), and the first step at which a later run differs from it (None:
-    all agree)."""
+    all agree). A first run that `on_step` ended out of time is not compared."""
     first = run_workload(workload, factory, checks(), max_steps, on_step)
-    for _ in range(runs - 1):
+    for _ in range(runs - 1 if not first.out_of_time else 0):
         differs = first_difference(first, run_workload(workload, factory, checks(), max_steps))
         if differs is not None:
             return first, differs

@@ -27,6 +27,9 @@ def register(p: argparse.ArgumentParser) -> None:
     add_check_mode(p)
     p.add_argument("--max-steps", type=int, default=None,
                    help="stop after this many steps (default: the checks' own step cap)")
+    p.add_argument("--max-seconds", type=float, metavar="SECONDS",
+                   help="stop after this long with an INCOMPLETE verdict (exit 1): the steps run so far are shown, "
+                        "and no second run is made")
     p.add_argument("--policy", choices=("unguarded", "guarded"), help="override config.preemption_policy")
     p.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="N",
                    help="run the file N times and say 'not deterministic', with the first step where the runs "
@@ -63,6 +66,8 @@ def render(workload: Workload, rep: Replay) -> str:
     verdict = (f"REPRODUCED {v.prop} at step {v.step}: {v.message}\n  signature {v.signature}" if v else
                f"ended by {ended_by(rep)}: {rep.ended_by.signature} at step {rep.ended_by.step}: "
                f"{rep.ended_by.message}" if rep.ended_by else
+               f"INCOMPLETE: --max-seconds passed after {len(rep.events)} steps (determinism not checked)"
+               if rep.out_of_time else
                "drained: no check failed" if rep.drained else f"not drained after {len(rep.events)} steps")
     lines.append(f"{verdict}\nfinished {rep.finished[-1] if rep.finished else 0}/{len(workload.requests)}, "
                  f"preemptions {rep.preemptions[-1] if rep.preemptions else 0}, "
@@ -99,6 +104,7 @@ def argv_of(args: argparse.Namespace, checks: CheckSet) -> list[str]:
     out += ["--max-steps", str(args.max_steps)] if args.max_steps else []
     out += ["--policy", args.policy] if args.policy else []
     out += ["--runs", str(args.runs)] if args.runs != DEFAULT_RUNS else []
+    out += ["--max-seconds", f"{args.max_seconds:g}"] if args.max_seconds is not None else []
     return out
 
 
@@ -111,13 +117,16 @@ def run(args: argparse.Namespace) -> int:
     if args.runs < 1:
         print("loopcheck replay: error: --runs: must be >= 1", file=sys.stderr)
         return 2
+    if args.max_seconds is not None and not args.max_seconds > 0:
+        print("loopcheck replay: error: --max-seconds: must be > 0", file=sys.stderr)
+        return 2
     if args.plot:
         check_matplotlib("--plot")
     args.workload, args.no_preemption = args.file, False
     workload = prepare(args)
     checks = check_set_of(args, capabilities_of(factory_of(args), workload.config).semantics)
     banner(None, argv_of(args, checks), sys.stderr if args.json else None)
-    rep = replay(workload, factory_of(args), checks, args.max_steps, args.runs)
+    rep = replay(workload, factory_of(args), checks, args.max_steps, args.runs, args.max_seconds)
     if args.plot:
         draw(rep.timeline(workload, args.adapter), args.plot)
     if args.json:
@@ -132,12 +141,12 @@ def run(args: argparse.Namespace) -> int:
                           "ignored": [{"property": v.prop, "signature": v.signature, "message": v.message,
                                        "step": v.step, "check": name} for name, v in rep.ignored],
                           "ended_by": rep.ended_by.signature if rep.ended_by else None,
-                          "runs": rep.runs, "differs_from_step": rep.differs,
+                          "runs": rep.runs, "differs_from_step": rep.differs, "incomplete": rep.out_of_time,
                           "trace": [[e.to_json() for e in evs] for evs in rep.events]}))
     else:
         print(render(workload, rep))
         expected = workload.extra.get("property")
-        if expected and (rep.violation is None or rep.violation.prop != expected):
+        if expected and not rep.out_of_time and (rep.violation is None or rep.violation.prop != expected):
             print(f"note: the file records {expected!r}; this replay "
                   f"{'found ' + repr(rep.violation.prop) if rep.violation else 'found no violation'}")
     return 1 if rep.violation or (not rep.drained and rep.ended_by is None) or rep.differs is not None else 0

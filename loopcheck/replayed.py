@@ -12,6 +12,7 @@ from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.determinism import runs_differ
 from loopcheck.model.events import Event
 from loopcheck.model.workload import Workload
+from loopcheck.runctl.stop import Deadline
 from loopcheck.sut.protocol import Observation, SutFactory
 from loopcheck.timeline import Timeline
 
@@ -35,6 +36,7 @@ class Replay:
     never_ready: list[str] = field(default_factory=list)   # requests left waiting for a grammar never compiled
     cached: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)   # the prefix cache's pages per step
     runs: int = 1                 # the runs made
+    out_of_time: bool = False     # the first run was stopped by its wall-clock bound (no later run made)
     differs: int | None = None    # the first step at which a later run differed from the first (None: none did)
 
     def record(self, events: list[Event], obs: Observation) -> None:
@@ -59,12 +61,20 @@ class Replay:
 
 
 def replay(workload: Workload, factory: SutFactory, checks: CheckSet, max_steps: int | None = None,
-           runs: int = 1) -> Replay:
+           runs: int = 1, max_seconds: float | None = None) -> Replay:
     """Run `workload` on the system `factory` builds with `checks` (to their step
-    cap, or `max_steps`), recording every step; then `runs - 1` times more, each
-    compared with the first (`Replay.differs`)."""
-    rep = Replay(runs=runs)
-    run, rep.differs = runs_differ(workload, factory, checks.build, runs, max_steps, rep.record)
+    cap, or `max_steps`; stopped after a step past `max_seconds`), recording every
+    step; then, unless it was stopped so, `runs - 1` times more, each compared
+    with the first (`Replay.differs`)."""
+    rep, deadline = Replay(runs=runs), Deadline(max_seconds)
+
+    def record(events: list[Event], obs: Observation) -> None:
+        rep.record(events, obs)
+        deadline.check()
+
+    run, rep.differs = runs_differ(workload, factory, checks.build, runs, max_steps, record)
+    rep.out_of_time = run.out_of_time
+    rep.runs = 1 if run.out_of_time else runs
     rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped
     rep.ignored = ignored(run.driver.checks)
     rep.ended_by = run.driver.ended_by

@@ -12,7 +12,7 @@ from loopcheck.model.simulate import SimResult
 from loopcheck.model.workload import Workload, load_workload
 from loopcheck.options import add_adapter, factory_of
 from loopcheck.report import banner, table
-from loopcheck.runctl.stop import OutOfTime
+from loopcheck.runctl.stop import Deadline
 from loopcheck.runctl.ticker import Ticker
 from loopcheck.sut.protocol import Observation
 
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     banner(None, argv_of(args), sys.stderr if args.json else None)
     progress = StepProgress(len(workload.requests), args.max_seconds)
     result, failed = simulate(workload, factory, args.max_steps, args.adapter, args.trace, progress)
-    incomplete = f"INCOMPLETE: --max-seconds {args.max_seconds:g} passed" if progress.out_of_time else None
+    incomplete = f"INCOMPLETE: --max-seconds {args.max_seconds:g} passed" if progress.deadline.passed else None
     if args.json:
         out = result.to_json(with_trace=args.trace)
         out.update({prop: failed.message if failed and failed.prop == prop else None for prop in ("crash", "hang")})
@@ -85,18 +85,16 @@ def run(args: argparse.Namespace) -> int:
 class StepProgress:
     """After each step: a progress line on stderr about every 2 s (steps, steps/s,
     requests finished, blocks held); past `max_seconds` (None: no bound), the
-    run ends there (OutOfTime; `out_of_time` True)."""
+    run ends there (`deadline`)."""
 
     def __init__(self, requests: int, max_seconds: float | None = None) -> None:
         self.ticker, self.requests, self.steps, self.finished = Ticker(), requests, 0, 0
-        self.max_seconds, self.out_of_time = max_seconds, False
+        self.deadline = Deadline(max_seconds)
 
     def __call__(self, events: list[Event], obs: Observation) -> None:
         self.steps += 1
         self.finished += sum(e.kind == "finish" for e in events)
-        if self.max_seconds is not None and self.ticker.elapsed > self.max_seconds:
-            self.out_of_time = True
-            raise OutOfTime
+        self.deadline.check()
         if self.ticker.due():
             elapsed = self.ticker.elapsed
             print(f"[{elapsed:6.1f}s] step {self.steps:,}, {self.steps / elapsed:,.0f} steps/s, finished "

@@ -1,6 +1,7 @@
 """Stopping a run cleanly: a signal becomes a request to stop, raised at the
 next safe point, with the shell's exit code."""
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -56,3 +57,16 @@ class OutOfTime(Exception):
     """A run's wall-clock bound (`--max-seconds`) passed: raised between two steps
     by the caller's step hook, it ends the run there, neither drained nor
     failed (`driver.run_workload`'s `Run.out_of_time`)."""
+
+
+class Deadline:
+    """A run's wall-clock bound from now: `check` raises OutOfTime once
+    `seconds` have passed (None: never), and remembers that it did (`passed`)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds, self.start, self.passed = seconds, time.perf_counter(), False
+
+    def check(self) -> None:
+        if self.seconds is not None and time.perf_counter() - self.start > self.seconds:
+            self.passed = True
+            raise OutOfTime

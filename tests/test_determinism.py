@@ -68,3 +68,22 @@ def test_ignoring_one_rule_leaves_every_other_rule_judging() -> None:
     assert ended is not None and ended.prop in ("kv-conservation", "kv-excess")
     assert ended.signature != "kv-conservation.reported-errors"   # another rule of the same check judged on
     assert not run.driver.skipped.get("kv-conservation, kv-coverage, kv-excess")
+
+
+def test_replay_max_seconds_stops_one_run_incomplete_and_compares_none(tmp_path, capsys) -> None:
+    """300 requests of 60 tokens (thousands of judged steps) replayed with a bound
+    of half a second: INCOMPLETE after some steps, exit 1, no second run (a cut
+    run is not compared), nothing said about the file's property; 0 is bad input."""
+    cfg = Config(**{**Config().to_json(), "num_blocks": 4000, "max_num_seqs": 64, "max_num_batched_tokens": 256,
+                    "prefill_chunk_size": 256})
+    path = tmp_path / "long.json"
+    save_workload(Workload(cfg, tuple(RequestSpec(f"r{i}", (1, 2, 3, 4), 60, arrival=i) for i in range(300)),
+                           {"property": "stall"}), path)
+    assert main(["replay", str(path), "--max-seconds", "0.5"]) == 1
+    out = capsys.readouterr().out
+    assert "INCOMPLETE: --max-seconds passed after" in out and "note: the file records" not in out
+    assert main(["replay", str(path), "--max-seconds", "0.5", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["incomplete"] and data["runs"] == 1 and data["steps"] > 0 and not data["drained"]
+    assert main(["replay", str(path), "--max-seconds", "0"]) == 2
+    assert "--max-seconds: must be > 0" in capsys.readouterr().err
