@@ -13,8 +13,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from loopcheck.checks.suite import MODES
+from loopcheck.explorer.scope import scope_from_json
 from loopcheck.explorer.scoped import Result, Tally
 from loopcheck.model.errors import WorkloadError
+from loopcheck.model.workload import check_keys
 from loopcheck.sut.protocol import Capabilities, SutFactory
 
 SCHEMA = "loopcheck/certificate@1"
@@ -82,10 +85,71 @@ def tally_json(tally: Tally) -> dict[str, Any]:
     return data
 
 
+def _check_flags(flags: Any) -> bool:
+    """Whether `flags` are what `CheckSet.flags` writes: --check MODE, then
+    --ignore and its signatures, if any."""
+    if not isinstance(flags, list) or len(flags) % 2 or not all(isinstance(f, str) for f in flags):
+        return False
+    values = dict(zip(flags[::2], flags[1::2], strict=True))
+    return values.get("--check") in MODES and set(values) <= {"--check", "--ignore"}
+
+
+# what each field of a certificate's JSON holds: (a field's test, what it must be)
+_COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count (0 or more)")
+_TEXT = (lambda v: isinstance(v, str), "a string")
+_COUNTS = (lambda v: isinstance(v, dict) and all(_COUNT[0](n) for n in v.values()), "an object of counts")
+_TEXTS = (lambda v: isinstance(v, dict) and all(_TEXT[0](n) for n in v.values()), "an object of strings")
+FIELDS = {
+    "system": _TEXT, "system_version": _TEXT, "loopcheck_version": _TEXT, "adapter_sha256": _TEXT,
+    "scope": (lambda v: isinstance(v, dict) and _TEXT[0](v.get("name")), "an object with a name"),
+    "checks": (_check_flags, "the flags of a check set (--check MODE [--ignore SIGNATURES])"),
+    "keep_going": (lambda v: isinstance(v, bool), "true or false"),
+    "parts": (lambda v: _COUNT[0](v) and v >= 1, "a count of 1 or more"),
+    "covered": (lambda v: isinstance(v, list) and all(_COUNT[0](k) and k >= 1 for k in v), "a list of part numbers"),
+    "findings": (lambda v: isinstance(v, list) and all(isinstance(f, dict) and _TEXT[0](f.get("signature"))
+                                                     and _TEXT[0](f.get("property")) and _TEXT[0](f.get("message"))
+                                                     and _TEXT[0](f.get("file")) and _TEXT[0](f.get("replay"))
+                                                     and _COUNT[0](f.get("steps")) and _COUNT[0](f.get("unit"))
+                                                     and _COUNT[0](f.get("requests")) for f in v),
+                 "a list of findings (signature, property, message, file, replay, steps, unit, requests)"),
+    "refused_configs": (lambda v: isinstance(v, list) and all(isinstance(r, dict) and _TEXT[0](r.get("why"))
+                                                             for r in v), "a list of objects with why"),
+    "refused_shapes": (lambda v: isinstance(v, list) and all(isinstance(r, dict) and _TEXT[0](r.get("why"))
+                                                            and "config" in r for r in v),
+                       "a list of objects with config and why"),
+    "seconds": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, "seconds (0 or more)"),
+}
+TALLY_FIELDS = {**{name: _COUNT for name in ("units", "workloads", "states", "transitions", "steps", "longest_wait",
+                                             "most_steps_to_drain", "most_blocks_held", "merges_checked")},
+                "judged": _COUNTS, "ignored": _COUNTS, "met": _COUNTS, "not_run": _TEXTS,
+                "complete": FIELDS["keep_going"]}
+
+
+def _check_fields(data: dict[str, Any], fields_: dict[str, tuple], required: tuple[str, ...], where: str,
+                  prefix: str = "certificate.") -> None:
+    """Each field of `data` one of `fields_` and what it must be, the `required`
+    ones present (the others have defaults; WorkloadError naming the first
+    field that is not so)."""
+    check_keys(f"{where}: {prefix.rstrip('.')}", data, fields_, required, "certificate")
+    for name, value in data.items():
+        test, what = fields_[name]
+        if not test(value):
+            raise WorkloadError(f"{where}: {prefix}{name}: must be {what}, got {value!r:.80}")
+
+
 def certificate_from_json(data: Any, where: str) -> Certificate:
-    """A certificate from its JSON (WorkloadError naming `where` if it is not one)."""
+    """A certificate from its JSON, each field checked (WorkloadError naming
+    `where` and the field if it is not one)."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise WorkloadError(f"{where}: not a certificate (schema {SCHEMA!r} expected)")
+    if not isinstance(data.get("tally"), dict):
+        raise WorkloadError(f"{where}: tally: must be an object")
+    _check_fields({k: v for k, v in data.items() if k not in ("schema", "tally")}, FIELDS, IDENTITY + ("covered",),
+                  where)
+    _check_fields(data["tally"], TALLY_FIELDS, (), where, "tally.")
+    if any(k > data["parts"] for k in data["covered"]):
+        raise WorkloadError(f"{where}: covered: parts {data['covered']} of {data['parts']}")
+    scope_from_json(data["scope"], data["scope"]["name"])   # (WorkloadError naming the scope's field)
     try:
         raw = dict(data["tally"])
         tally = Tally(**{**raw, **{name: Counter(raw[name]) for name in ("judged", "ignored", "met")}})

@@ -1,9 +1,10 @@
-"""The loaders, fuzzed: damaged copies of valid files (a value removed,
+"""The loaders, fuzzed: damaged copies of valid files (a workload, a
+counterexample, a scope, an exploration's certificate; a value removed,
 retyped or out of range, the text truncated, re-encoded or cut by a NUL) are
-either refused with one WorkloadError line, or loaded as valid: never another
-exception, never a hang. Refused workload and counterexample files are refused
-by `simulate` with exit 2 and one error line too. The default run draws a few
-dozen files; `-m slow` draws thousands."""
+either refused with one WorkloadError line, or loaded as valid (and a
+certificate then combined): never another exception, never a hang. Refused files are refused by the command that reads
+them (`simulate`, `combine`) with exit 2 and one error line too. The default
+run draws a few dozen files; `-m slow` draws thousands."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loopcheck.cli import main
+from loopcheck.explorer.certificate import certificate_from_json
 from loopcheck.explorer.scope import PRESETS, load_scope
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import load_workload
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
-VALID: dict[str, Any] = {   # kind -> a valid document of it
+MINISCHED = str(EXAMPLES / "adapter" / "minisched_adapter.py") + ":MiniSchedSUT"
+VALID: dict[str, Any] = {   # kind -> a valid document of it (and "certificate", made by a fixture)
     "workload": json.loads((EXAMPLES / "livelock_min.json").read_text()),
     "counterexample": json.loads((EXAMPLES / "vllm" / "queue_head_stall.json").read_text()),
     "scope": PRESETS["small"].to_json(),
@@ -51,11 +54,20 @@ def damaged(doc: Any, path: tuple, value: Any, remove: bool) -> Any:
     return copy
 
 
+@pytest.fixture(scope="module")
+def valid(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """VALID and a certificate: part 1 of 2 of minisched's tiny exploration."""
+    out = tmp_path_factory.mktemp("certificate")
+    # (exit 1: a part's certificate does not cover the whole scope)
+    assert main(["explore", "--adapter", MINISCHED, "--scope", "tiny", "--part", "1/2", "--out", str(out)]) == 1
+    return {**VALID, "certificate": json.loads((out / "certificate.json").read_text())}
+
+
 @st.composite
-def damaged_files(draw: st.DrawFn) -> tuple[str, bytes]:
+def damaged_files(draw: st.DrawFn, valid: dict[str, Any]) -> tuple[str, bytes]:
     """A kind of file and the bytes of a damaged copy of its valid document."""
-    kind = draw(st.sampled_from(sorted(VALID)))
-    doc = VALID[kind]
+    kind = draw(st.sampled_from(sorted(valid)))
+    doc = valid[kind]
     damage = draw(st.sampled_from(("value", "value", "value", "truncate", "utf-16", "nul")))
     text = json.dumps(doc)
     if damage == "value":
@@ -73,7 +85,16 @@ def damaged_files(draw: st.DrawFn) -> tuple[str, bytes]:
 
 
 def load(kind: str, path: Path) -> object:
+    if kind == "certificate":
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as exc:   # (what `combine` refuses so, in one line)
+            raise WorkloadError(f"{path}: cannot read a certificate ({exc})") from None
+        return certificate_from_json(data, str(path))
     return load_scope(str(path)) if kind == "scope" else load_workload(path)
+
+
+COMMANDS = {"workload": ["simulate"], "counterexample": ["simulate"], "certificate": ["combine", "--out"]}
 
 
 def check_file(kind: str, data: bytes, tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -81,26 +102,29 @@ def check_file(kind: str, data: bytes, tmp: Path, capsys: pytest.CaptureFixture[
     path.write_bytes(data)
     try:
         load(kind, path)
+        if kind == "certificate":   # (one that loads is combined: a verdict, or one error line)
+            assert main(["combine", "--out", str(tmp / "out"), str(path)]) in (0, 1, 2)
     except WorkloadError as exc:
         assert str(exc) and "\n" not in str(exc), repr(exc)
-        if kind != "scope":
+        if kind in COMMANDS:
             capsys.readouterr()
-            assert main(["simulate", str(path)]) == 2
+            extra = [str(tmp / "out")] if kind == "certificate" else []   # (combine's --out)
+            assert main([*COMMANDS[kind], *extra, str(path)]) == 2
             err = capsys.readouterr().err.strip().splitlines()
             assert len(err) == 1 and ": error: " in err[0], err
 
 
 @settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(damaged_files())
+@given(st.data())
 def test_a_damaged_file_is_refused_in_one_line_or_loaded(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                        file: tuple[str, bytes]) -> None:
-    check_file(*file, tmp_path, capsys)
+                                                        valid: dict[str, Any], data: st.DataObject) -> None:
+    check_file(*data.draw(damaged_files(valid)), tmp_path, capsys)
 
 
 @pytest.mark.slow
 @settings(max_examples=3000, derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(damaged_files())
-def test_thousands_of_damaged_files(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                    file: tuple[str, bytes]) -> None:
-    check_file(*file, tmp_path, capsys)
+@given(st.data())
+def test_thousands_of_damaged_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], valid: dict[str, Any],
+                                    data: st.DataObject) -> None:
+    check_file(*data.draw(damaged_files(valid)), tmp_path, capsys)
