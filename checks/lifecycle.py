@@ -66,9 +66,8 @@ class Lifecycle(Check):
         """No other request is in the system, nor holds blocks for a KV load
         still in flight in this step (an aborted request's load keeps its blocks
         until it ends)."""
-        step = view.step - 1   # (the step being judged: the view has folded it)
-        return not any(x != rid and s in (WAITING, RUNNING, PREEMPTED) for x, s in status.items()) and not any(
-            x != rid and r.load is not None and not r.load.ended(step) for x, r in view.in_flight.items())
+        return not any(x != rid and s in (WAITING, RUNNING, PREEMPTED) for x, s in status.items()) and not (
+            view.loading(view.step - 1, besides=rid))   # (the step being judged: the view has folded it)
 
 
 class Work(Check):

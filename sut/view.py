@@ -169,9 +169,11 @@ class TraceView:
             if r.status == FINISHED:
                 r.load = None
 
-    def loading(self, step: int) -> bool:
-        """Whether a KV load is in flight in step `step` (it has not ended by its start)."""
-        return any(r.load is not None and not r.load.ended(step) for r in self.in_flight.values())
+    def loading(self, step: int, besides: str | None = None) -> bool:
+        """Whether a KV load (of a request other than `besides`) is in flight in
+        step `step` (it has not ended by its start)."""
+        return any(r.load is not None and not r.load.ended(step) for rid, r in self.in_flight.items()
+                   if rid != besides)
 
     def holders(self) -> list[RequestView]:
         """The requests that may hold blocks: the unfinished ones and the
