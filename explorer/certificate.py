@@ -94,35 +94,50 @@ def _check_flags(flags: Any) -> bool:
     return values.get("--check") in MODES and set(values) <= {"--check", "--ignore"}
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_finding(finding: Any) -> bool:
+    """Whether `finding` is a certificate's finding (scoped_cmd.finding_entry)."""
+    return (isinstance(finding, dict)
+            and all(_is_text(finding.get(k)) for k in ("signature", "property", "message", "file", "replay"))
+            and all(_is_count(finding.get(k)) for k in ("steps", "unit", "requests")))
+
+
+def _is_refusal(refusal: Any, *keys: str) -> bool:
+    """Whether `refusal` is a refused config or shape: a `why`, and `keys`."""
+    return isinstance(refusal, dict) and _is_text(refusal.get("why")) and all(k in refusal for k in keys)
+
+
 # what each field of a certificate's JSON holds: (a field's test, what it must be)
-_COUNT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count (0 or more)")
-_TEXT = (lambda v: isinstance(v, str), "a string")
-_COUNTS = (lambda v: isinstance(v, dict) and all(_COUNT[0](n) for n in v.values()), "an object of counts")
-_TEXTS = (lambda v: isinstance(v, dict) and all(_TEXT[0](n) for n in v.values()), "an object of strings")
+COUNT = (_is_count, "a count (0 or more)")
+TEXT = (_is_text, "a string")
+COUNTS = (lambda v: isinstance(v, dict) and all(map(_is_count, v.values())), "an object of counts")
+FLAG = (lambda v: isinstance(v, bool), "true or false")
 FIELDS = {
-    "system": _TEXT, "system_version": _TEXT, "loopcheck_version": _TEXT, "adapter_sha256": _TEXT,
-    "scope": (lambda v: isinstance(v, dict) and _TEXT[0](v.get("name")), "an object with a name"),
+    "system": TEXT, "system_version": TEXT, "loopcheck_version": TEXT, "adapter_sha256": TEXT,
+    "scope": (lambda v: isinstance(v, dict) and _is_text(v.get("name")), "an object with a name"),
     "checks": (_check_flags, "the flags of a check set (--check MODE [--ignore SIGNATURES])"),
-    "keep_going": (lambda v: isinstance(v, bool), "true or false"),
-    "parts": (lambda v: _COUNT[0](v) and v >= 1, "a count of 1 or more"),
-    "covered": (lambda v: isinstance(v, list) and all(_COUNT[0](k) and k >= 1 for k in v), "a list of part numbers"),
-    "findings": (lambda v: isinstance(v, list) and all(isinstance(f, dict) and _TEXT[0](f.get("signature"))
-                                                     and _TEXT[0](f.get("property")) and _TEXT[0](f.get("message"))
-                                                     and _TEXT[0](f.get("file")) and _TEXT[0](f.get("replay"))
-                                                     and _COUNT[0](f.get("steps")) and _COUNT[0](f.get("unit"))
-                                                     and _COUNT[0](f.get("requests")) for f in v),
+    "keep_going": FLAG,
+    "parts": (lambda v: _is_count(v) and v >= 1, "a count of 1 or more"),
+    "covered": (lambda v: isinstance(v, list) and all(_is_count(k) and k >= 1 for k in v), "a list of part numbers"),
+    "findings": (lambda v: isinstance(v, list) and all(map(_is_finding, v)),
                  "a list of findings (signature, property, message, file, replay, steps, unit, requests)"),
-    "refused_configs": (lambda v: isinstance(v, list) and all(isinstance(r, dict) and _TEXT[0](r.get("why"))
-                                                             for r in v), "a list of objects with why"),
-    "refused_shapes": (lambda v: isinstance(v, list) and all(isinstance(r, dict) and _TEXT[0](r.get("why"))
-                                                            and "config" in r for r in v),
+    "refused_configs": (lambda v: isinstance(v, list) and all(_is_refusal(r) for r in v),
+                        "a list of objects with why"),
+    "refused_shapes": (lambda v: isinstance(v, list) and all(_is_refusal(r, "config") for r in v),
                        "a list of objects with config and why"),
     "seconds": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, "seconds (0 or more)"),
 }
-TALLY_FIELDS = {**{name: _COUNT for name in ("units", "workloads", "states", "transitions", "steps", "longest_wait",
-                                             "most_steps_to_drain", "most_blocks_held", "merges_checked")},
-                "judged": _COUNTS, "ignored": _COUNTS, "met": _COUNTS, "not_run": _TEXTS,
-                "complete": FIELDS["keep_going"]}
+TALLY_FIELDS = {**{name: COUNT for name in ("units", "workloads", "states", "transitions", "steps", "longest_wait",
+                                            "most_steps_to_drain", "most_blocks_held", "merges_checked")},
+                "judged": COUNTS, "ignored": COUNTS, "met": COUNTS, "complete": FLAG,
+                "not_run": (lambda v: isinstance(v, dict) and all(map(_is_text, v.values())), "an object of strings")}
 
 
 def _check_fields(data: dict[str, Any], fields_: dict[str, tuple], required: tuple[str, ...], where: str,
