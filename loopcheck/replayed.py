@@ -53,6 +53,7 @@ class Replay:
         name alone) and what it showed."""
         v = self.violation
         what = (f"{v.prop} at step {v.step}" if v else "drained" if self.drained else
+                f"incomplete: --max-seconds passed after {len(self.events)} steps" if self.out_of_time else
                 f"not drained after {len(self.events)} steps")
         policy = f", policy {workload.config.preemption_policy}" if self.semantics == "loopcheck" else ""
         return Timeline(workload, self.events, self.held, v.cycle if v else None, v.step if v else None,
