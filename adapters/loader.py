@@ -6,11 +6,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from loopcheck.driver.driver import within
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
+from loopcheck.runctl.stop import Deadline, OutOfTime
 from loopcheck.sut.protocol import Capabilities, ProtocolError, SutFactory, check_sut
 
 SHIPPED = {"model": "loopcheck.sut.model_sut:ModelSUT", "torch": "loopcheck.adapters.torch_sut:TorchSUT",
@@ -58,18 +61,37 @@ def load_factory(spec: str) -> SutFactory:
     return factory
 
 
-def capabilities_of(factory: SutFactory, cfg: Config | None = None) -> Capabilities:
+def capabilities_of(factory: SutFactory, cfg: Config | None = None, deadline: Deadline | None = None
+                    ) -> Capabilities:
     """The capabilities of a system the factory builds (on `cfg`, default Config());
     WorkloadError if the factory refuses that config (saying, for the default,
     that loopcheck builds the system on it once to read what it supports),
-    ProtocolError if it builds something that is not a SUT."""
+    ProtocolError if it builds something that is not a SUT, OutOfTime if
+    `deadline` passes while it is being built."""
     try:
-        sut: Any = factory(cfg or Config())
+        sut: Any = within(deadline, lambda: factory(cfg or Config()))
     except WorkloadError as exc:
         if cfg is not None:
             raise
         raise WorkloadError(f"the system refuses the default config, on which loopcheck builds it once to read "
                             f"its capabilities: {exc}") from exc
+    except OutOfTime:
+        raise
     except Exception as exc:  # noqa: BLE001
         raise ProtocolError("factory(config) builds a system", f"{type(exc).__name__}: {exc}") from exc
     return check_sut(sut).capabilities
+
+
+def warn_costly(factory: SutFactory, configs: Iterable[Config]) -> None:
+    """Before a run: one warning line on stderr for each config whose steps the
+    factory says may run long (its optional `costly(cfg) -> str | None`, part
+    of the adapter contract: docs/checking.md), once per distinct reason."""
+    costly = getattr(factory, "costly", None)
+    if costly is None:
+        return
+    said: set[str] = set()
+    for cfg in configs:
+        why = costly(cfg)
+        if why and why not in said:
+            said.add(why)
+            print(f"loopcheck: warning: {why}", file=sys.stderr)

@@ -7,10 +7,30 @@ from loopcheck.model.events import Event
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.protocol import Capabilities, Internals, Observation
 
+COSTLY_TOKENS = 128      # max_num_batched_tokens past which a step may take seconds on a CPU core
+COSTLY_LOOPS = 10_000    # num_loops past which building the engine takes seconds (a gate per depth)
+
 
 class TorchSUT:
     """`engine.llm_engine.LLMEngine` behind the SUT protocol. batch_invariant=False
     is only for the control test that shows the output checks bite."""
+
+    @staticmethod
+    def costly(cfg: Config) -> str | None:
+        """Why runs of this config may be slow (`adapters.loader.warn_costly`):
+        the engine computes each token of a step row by row (about 25 ms a
+        token on one core of the machine it was measured on, docs/checking.md),
+        and builds one exit gate per recurrence depth."""
+        why = []
+        if cfg.max_num_batched_tokens > COSTLY_TOKENS:
+            why.append(f"max_num_batched_tokens {cfg.max_num_batched_tokens} lets one step compute that many tokens, "
+                       "seconds a step")
+        if cfg.num_loops > COSTLY_LOOPS:
+            why.append(f"num_loops {cfg.num_loops} makes building the engine take seconds")
+        if not why:
+            return None
+        return ("the torch engine: " + "; ".join(why) + " (a call past 10 s is reported as a hang; "
+                "--max-seconds bounds the run)")
 
     def __init__(self, cfg: Config, batch_invariant: bool = True) -> None:
         from loopcheck.engine.llm_engine import LLMEngine

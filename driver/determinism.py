@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from loopcheck.checks.base import Check
 from loopcheck.driver.driver import OnStep, Run, run_workload
 from loopcheck.model.workload import Workload
+from loopcheck.runctl.stop import Deadline
 from loopcheck.sut.protocol import SutFactory
 
 
@@ -33,12 +34,13 @@ def first_difference(a: Run, b: Run) -> int | None:
 
 
 def runs_differ(workload: Workload, factory: SutFactory, checks: Callable[[], Sequence[Check]] = list,
-                runs: int = 2, max_steps: int | None = None, on_step: OnStep | None = None
-                ) -> tuple[Run, int | None]:
+                runs: int = 2, max_steps: int | None = None, on_step: OnStep | None = None,
+                deadline: Deadline | None = None) -> tuple[Run, int | None]:
     """The first of `runs` runs of `workload` (fresh checks each; `on_step` sees
-    its steps), and the first step at which a later run differs from it (None:
-    all agree). A first run that `on_step` ended out of time is not compared."""
-    first = run_workload(workload, factory, checks(), max_steps, on_step)
+    its steps, `deadline` bounds it), and the first step at which a later run
+    differs from it (None: all agree). A first run the deadline ended is not
+    compared."""
+    first = run_workload(workload, factory, checks(), max_steps, on_step, deadline=deadline)
     for _ in range(runs - 1 if not first.out_of_time else 0):
         differs = first_difference(first, run_workload(workload, factory, checks(), max_steps))
         if differs is not None:

@@ -11,11 +11,12 @@ import hashlib
 import re
 import signal
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from loopcheck.checks.base import DRIVER_PROPERTIES, Check, Reference, Violation, ignored, matches
 from loopcheck.driver.coverage import EdgeCoverage
@@ -25,7 +26,7 @@ from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event, GenericEventError, Load
 from loopcheck.model.simulate import Counters
 from loopcheck.model.workload import InputSchedule, RequestSpec, Workload
-from loopcheck.runctl.stop import OutOfTime
+from loopcheck.runctl.stop import Deadline, OutOfTime
 from loopcheck.sut.code import Frame, code_paths, innermost, place, site
 from loopcheck.sut.protocol import (
     Capabilities,
@@ -43,6 +44,7 @@ from loopcheck.sut.protocol import (
 from loopcheck.sut.view import TraceView
 
 OnStep = Callable[[list[Event], Observation], None]
+T = TypeVar("T")
 CALL_TIMEOUT = 10.0   # seconds a call into the SUT may run before it is a hang
 REFERENCE_RUNS_KEPT = 2048   # unconstrained runs remembered per process (an exploration ends many runs alike)
 _reference_runs: dict[tuple, Reference] = {}   # (oldest first)
@@ -68,7 +70,7 @@ def watchdog(seconds: float | None) -> Iterator[None]:
     two Python bytecodes: code stuck inside one C call is not reached). Only on
     the main thread of a platform with SIGALRM; elsewhere, or with None, the
     block runs unwatched. Whatever handler and timer were set before are set
-    again after."""
+    again after (the timer less the time the block ran)."""
     if (seconds is None or not hasattr(signal, "setitimer")
             or threading.current_thread() is not threading.main_thread()):
         yield
@@ -77,12 +79,31 @@ def watchdog(seconds: float | None) -> Iterator[None]:
     def overran(signum: int, frame: object) -> None:
         raise Overran
     handler = signal.signal(signal.SIGALRM, overran)
-    earlier = signal.setitimer(signal.ITIMER_REAL, seconds)
+    earlier, start = signal.setitimer(signal.ITIMER_REAL, seconds), time.monotonic()
     try:
         yield
     finally:
+        if earlier[0] > 0:   # an outer block's timer: what is left of it (at once, if nothing is)
+            earlier = (max(earlier[0] - (time.monotonic() - start), 1e-6), earlier[1])
         signal.setitimer(signal.ITIMER_REAL, *earlier)
         signal.signal(signal.SIGALRM, handler)
+
+
+def within(deadline: Deadline | None, fn: Callable[[], T]) -> T:
+    """fn(), cut short once `deadline` passes (OutOfTime; see `watchdog` for
+    what can be cut): for work outside a driver's calls, such as building a
+    system to read its capabilities."""
+    left = deadline.left() if deadline is not None else None
+    if left is None:
+        return fn()
+    if left <= 0:
+        deadline.expire()
+    try:
+        with watchdog(left):
+            return fn()
+    except Overran:
+        deadline.expire()
+        raise   # (expire raises OutOfTime)
 
 
 def _stopped_at(exc: BaseException, own: tuple[str, ...]) -> tuple[Frame | None, str]:
@@ -145,8 +166,9 @@ class Driver:
 
     def __init__(self, factory: SutFactory, cfg: Config, checks: Sequence[Check] = (),
                  on_step: OnStep | None = None, coverage: EdgeCoverage | None = None,
-                 past_repeats: bool = False) -> None:
+                 past_repeats: bool = False, deadline: Deadline | None = None) -> None:
         self.cfg = cfg
+        self.deadline = deadline   # the run's wall-clock bound: checked before each step and cuts a call short
         self.factory = factory
         self.t = 0
         self.specs: list[RequestSpec] = []
@@ -173,11 +195,15 @@ class Driver:
         self.past_repeats = past_repeats   # run on past an ignored finding whose state repeats (`run_to_drain`)
         self._index: dict[str, int] = {}   # request id -> position in specs
         self.sut: SystemUnderTest
+        self.out_of_time = False   # the deadline passed while the system was being built: every call raises OutOfTime
         try:
-            # (unwatched: building a system may import a whole engine, many seconds the first time)
+            # (no hang: building a system may import a whole engine, many seconds the first time)
             self.sut = check_sut(self._call("construct", lambda: factory(cfg), watched=False))
         except (Violation, RunEnded):
             return   # the crash is kept in `failure` (or `ended_by`); the first call raises it
+        except OutOfTime:
+            self.out_of_time = True
+            return
         check_pinned(self.sut.capabilities.pinned, cfg)
         self.own = code_paths(self.sut.capabilities.code)
         for c in checks:
@@ -240,8 +266,11 @@ class Driver:
 
     # ----- stepping ----------------------------------------------------------------------
     def step(self) -> list[Event]:
-        """One step of the SUT, validated, recorded and checked."""
+        """One step of the SUT, validated, recorded and checked (OutOfTime once
+        the run's deadline has passed)."""
         self.raise_failure()
+        if self.deadline is not None:
+            self.deadline.check()
         events = check_events(self._call("step", self.sut.step), self.view.requests)
         self.obs = check_observation(self._call("observe", self.sut.observe), self.view.requests)
         self.view.fold(events)
@@ -345,7 +374,10 @@ class Driver:
 
     def raise_failure(self) -> None:
         """Raise the violation found so far, if any (a crash while building the SUT
-        included), or RunEnded if an ignored finding ended the run."""
+        included), or RunEnded if an ignored finding ended the run, or OutOfTime
+        if the deadline passed while the SUT was being built."""
+        if self.out_of_time:
+            raise OutOfTime
         if self.ended_by is not None:
             raise RunEnded(self.ended_by.signature)
         if self.failure is not None:
@@ -384,15 +416,23 @@ class Driver:
 
     def _call(self, verb: str, fn: Callable[[], Any], watched: bool = True) -> Any:
         """Call into the SUT; any exception it raises is a crash violation, and,
-        `watched`, a call that runs past CALL_TIMEOUT seconds a hang."""
+        `watched`, a call that runs past CALL_TIMEOUT seconds a hang; one still
+        running when the run's deadline passes is cut short (OutOfTime)."""
+        left = self.deadline.left() if self.deadline is not None else None
+        if left is not None and left <= 0:
+            self.deadline.expire()
+        timer = CALL_TIMEOUT if watched else None
+        by_deadline = left is not None and (timer is None or left < timer)
         try:
-            with watchdog(CALL_TIMEOUT if watched else None), self.coverage or nullcontext():
+            with watchdog(left if by_deadline else timer), self.coverage or nullcontext():
                 return fn()
         except (ProtocolError, WorkloadError, Violation, RunEnded):
             raise
         except GenericEventError as err:
             raise ProtocolError("event fields", str(err)) from None
         except Overran as stopped:
+            if by_deadline:
+                self.deadline.expire()
             self._fail(hang(verb, stopped, self.own), self.t)   # inputs of, or the run of, step t
         except Exception as exc:  # noqa: BLE001 - any exception inside the SUT is a finding
             self._fail(crash(verb, exc, self.own), self.t)
@@ -405,7 +445,7 @@ class Run:
     driver: Driver
     violation: Violation | None
     drained: bool
-    out_of_time: bool = False   # ended by the caller's wall-clock bound (`OutOfTime` from `on_step`)
+    out_of_time: bool = False   # ended by the run's wall-clock bound (`OutOfTime`)
 
     @property
     def observation(self) -> Observation:
@@ -414,13 +454,14 @@ class Run:
 
 def run_workload(workload: Workload, factory: SutFactory, checks: Sequence[Check] = (),
                  max_steps: int | None = None, on_step: OnStep | None = None,
-                 coverage: EdgeCoverage | None = None, past_repeats: bool = False) -> Run:
+                 coverage: EdgeCoverage | None = None, past_repeats: bool = False,
+                 deadline: Deadline | None = None) -> Run:
     """Drive a recorded workload (arrivals and aborts by step). With checks, drain
     within their cap (or `max_steps`) and run their end tests; without, run until
     drained or `max_steps`. A run an ignored finding ended (`Driver.ended_by`)
-    has no violation and has not drained; nor has one that `on_step` ended by
-    raising OutOfTime (`Run.out_of_time`)."""
-    driver = Driver(factory, workload.config, checks, on_step, coverage, past_repeats)
+    has no violation and has not drained; nor has one that `deadline` ended
+    (`Run.out_of_time`)."""
+    driver = Driver(factory, workload.config, checks, on_step, coverage, past_repeats, deadline)
     last = max((max(s.arrival, s.abort_at or 0) for s in workload.requests), default=0)
     driver.inputs_until = last
     inputs = InputSchedule(workload.requests)

@@ -35,6 +35,7 @@ import functools
 import gc
 import itertools
 import resource
+import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -47,7 +48,7 @@ from loopcheck.model.reference import step
 from loopcheck.model.state import FINISHED, ReqState, SchedState, initial_state
 from loopcheck.model.workload import RequestSpec, Workload
 
-MEMORY_CHECK_EVERY = 5000   # states between memory checks
+CAPS_CHECK_EVERY = 256   # states between checks of the memory and time caps
 PROGRESS_EVERY = 64   # states between calls of the progress callback (which decides by the clock whether to print)
 YOUNG_COLLECTION_EVERY = 100_000   # allocations between the cyclic collector's young passes while exploring
 
@@ -370,14 +371,18 @@ def root_of(w: Workload, reduce: bool) -> SchedState:
 
 @dataclass(frozen=True)
 class Caps:
-    """Where exploration stops with an INCOMPLETE verdict: states in all, and the
-    process's peak memory (MiB; None: no limit)."""
+    """Where exploration stops with an INCOMPLETE verdict: states in all, the
+    process's peak memory (MiB) and a deadline (`time.monotonic()`, the same
+    clock in every process of the machine); None: no limit."""
 
     max_states: int = 200_000
     max_memory_mb: float | None = None
+    deadline: float | None = None
 
-    def memory_exceeded(self) -> bool:
-        return self.max_memory_mb is not None and peak_memory_mb() > self.max_memory_mb
+    def passed(self) -> bool:
+        """Whether the memory or the time cap has been passed."""
+        return ((self.max_memory_mb is not None and peak_memory_mb() > self.max_memory_mb)
+                or (self.deadline is not None and time.monotonic() > self.deadline))
 
 
 def peak_memory_mb(children: bool = False) -> float:
@@ -500,7 +505,7 @@ class Exploration:
                     depth.append(below)
                     drained.append(drained_node[m])
                     queue.append((step, m))
-                    if states % MEMORY_CHECK_EVERY == 0 and caps.memory_exceeded():
+                    if states % CAPS_CHECK_EVERY == 0 and caps.passed():
                         self.complete = False
                         break
                     if progress and states % PROGRESS_EVERY == 0:
@@ -543,7 +548,7 @@ def collision_chance(pairs: int) -> float:
 def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps, graph: FutureGraph,
                     progress: Callable[[int, int], None] | None = None) -> Exploration:
     """Variant `v` (workload `w`) of a family explored on its own, up to
-    `caps.max_states` states or the memory cap (then complete=False); `graph`
+    `caps.max_states` states or the memory or time cap (then complete=False); `graph`
     may hold nodes of other variants of the family."""
     ex = Exploration([], [], [], reduce)
     ex._explore_variant(v, w, caps, graph, progress)
@@ -552,14 +557,15 @@ def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps, graph: Future
 
 def explore(workload: Workload, max_states: int = 200_000, spread: int = 0, reduce: bool = True,
             max_memory_mb: float | None = None, progress: Callable[[int, int], None] | None = None,
-            merge: bool = False) -> Exploration:
+            merge: bool = False, deadline: float | None = None) -> Exploration:
     """Every reachable state of every variant, each variant explored
     breadth-first in turn. Stops with complete=False past `max_states` states in
-    all or the memory cap; `progress(states, queue)` is called now and then.
+    all, the memory cap or `deadline` (`Caps`); `progress(states, queue)` is
+    called now and then.
     (`model.survey` gives the verdict and figures of a family on several
     processes, variant by variant, deriving translated variants' figures.)
     `merge`: see `Exploration`."""
-    caps = Caps(max_states, max_memory_mb)
+    caps = Caps(max_states, max_memory_mb, deadline)
     ex = Exploration([], [], [], reduce, merge=merge)
     graph = FutureGraph()
     with fewer_collections():

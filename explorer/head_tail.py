@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loopcheck.explorer.explore import (
-    MEMORY_CHECK_EVERY,
+    CAPS_CHECK_EVERY,
     PROGRESS_EVERY,
     Caps,
     FutureGraph,
@@ -66,8 +66,8 @@ def survey_of_variant(w: Workload, reduce: bool, caps: Caps, graph: FutureGraph,
         return None
     tail_nodes = itertools.count(1)
     expanded = None if progress is None else lambda: progress(head.states + next(tail_nodes), 0)
-    tail = tail_of(graph, frozenset(head.entries), timing, reduce, expanded)
-    if tail is None or head.states + tail.states > caps.max_states or caps.memory_exceeded():
+    tail = tail_of(graph, frozenset(head.entries), timing, reduce, expanded, caps)
+    if tail is None or head.states + tail.states > caps.max_states or caps.passed():
         return None
     can_drain, steps, preemptions = head.drain_figures()
     states, transitions = head.states + tail.states, head.transitions + tail.transitions
@@ -127,8 +127,8 @@ class _Head:
                 edge_start.append(len(target))
             if self.states + len(found) > caps.max_states:
                 return False
-            if self.states // MEMORY_CHECK_EVERY != (self.states + len(found)) // MEMORY_CHECK_EVERY and \
-                    caps.memory_exceeded():
+            if self.states // CAPS_CHECK_EVERY != (self.states + len(found)) // CAPS_CHECK_EVERY and \
+                    caps.passed():
                 return False
             if progress and self.states // PROGRESS_EVERY != (self.states + len(found)) // PROGRESS_EVERY:
                 progress(self.states + len(found), len(found))
@@ -152,14 +152,19 @@ class _Head:
 
 
 def tail_of(graph: FutureGraph, entries: frozenset[int], timing: Timing, reduce: bool,
-            expanded: Callable[[], None] | None = None) -> Tail | None:
+            expanded: Callable[[], None] | None = None, caps: Caps | None = None) -> Tail | None:
     """The figures of the nodes reachable from `entries` (timeless nodes of
     `timing`'s kind); None when one of them reaches a cycle (other than a
-    drained node's self-loop). Worked out once per set of entries (per graph).
+    drained node's self-loop), or when `caps`' memory or time cap passed while
+    it expanded nodes. Worked out once per set of entries (per graph).
     `expanded()` after each node it expands."""
     if entries in graph.tails:
         return graph.tails[entries]
-    if any(drains(graph, n, timing, reduce, expanded) is None for n in sorted(entries)):
+    try:
+        cyclic = any(drains(graph, n, timing, reduce, expanded, caps) is None for n in sorted(entries))
+    except CapsPassed:
+        return None   # (nothing kept for `entries`; the nodes `drains` finished keep their sound figures)
+    if cyclic:
         found = None
     else:
         distance = dict.fromkeys(sorted(entries), 0)
@@ -178,17 +183,24 @@ def tail_of(graph: FutureGraph, entries: frozenset[int], timing: Timing, reduce:
     return found
 
 
+class CapsPassed(Exception):
+    """`drains` stopped: the memory or time cap passed (`Caps.passed`)."""
+
+
 def drains(graph: FutureGraph, node: int, timing: Timing, reduce: bool,
-           expanded: Callable[[], None] | None = None) -> Drain | None:
+           expanded: Callable[[], None] | None = None, caps: Caps | None = None) -> Drain | None:
     """Whether timeless node `node` can reach a drained node, and the most steps
     and preemptions of a path from it to one (a drained node's self-loop is no
     step); None when it reaches a cycle other than such a self-loop. Worked out
     once per node (per graph), by a depth-first search that expands the nodes
     it reaches; `expanded()` after each node it expands (each costs model
-    steps, so the call is nothing beside it)."""
+    steps, so the call is nothing beside it). Raises CapsPassed once `caps`'
+    memory or time cap has passed (looked at every CAPS_CHECK_EVERY nodes
+    expanded); only nodes whose search ended keep figures."""
     memo, adjacent, drained = graph.drains, graph.adjacent, graph.drained
     if node in memo:
         return memo[node]
+    expansions = itertools.count(1)
 
     def frame(n: int) -> list:   # node, its edges, next edge, can drain, most steps, most preemptions, cyclic
         out = adjacent[n]
@@ -196,6 +208,8 @@ def drains(graph: FutureGraph, node: int, timing: Timing, reduce: bool,
             out = graph.successors(n, timing.horizon, timing, reduce)
             if expanded is not None:
                 expanded()
+            if caps is not None and next(expansions) % CAPS_CHECK_EVERY == 0 and caps.passed():
+                raise CapsPassed
         return [n, out, 0, drained[n], 0, 0, False]
 
     def add(into: list, found: Drain | None, preempted: int) -> None:

@@ -43,7 +43,7 @@ from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event
 from loopcheck.model.workload import NEVER as GRAMMAR_NEVER
 from loopcheck.model.workload import RequestSpec, Workload
-from loopcheck.runctl.stop import StopRequest
+from loopcheck.runctl.stop import Deadline, OutOfTime, StopRequest
 from loopcheck.sut.canonical import canonical, digest
 from loopcheck.sut.protocol import Capabilities, ProtocolError, Refused, SutFactory
 from loopcheck.sut.view import SUBMITTED, WAITING
@@ -102,10 +102,14 @@ class Plan:
 
 
 def probe_tokens(factory: SutFactory, cfg: Config, prompt: tuple[int, ...], max_tokens: int,
-                 max_steps: int) -> list[int]:
+                 max_steps: int, deadline: Deadline | None = None) -> list[int]:
     """The tokens the system gives a request of this prompt running alone, without
-    a stop token (none if the run does not finish it)."""
-    run = run_workload(Workload(cfg, (RequestSpec("probe", prompt, max_tokens),)), factory, (), max_steps=max_steps)
+    a stop token (none if the run does not finish it); OutOfTime once `deadline`
+    passes."""
+    run = run_workload(Workload(cfg, (RequestSpec("probe", prompt, max_tokens),)), factory, (), max_steps=max_steps,
+                       deadline=deadline)
+    if run.out_of_time:
+        raise OutOfTime
     out = run.observation.outputs.get("probe")
     return list(out.token_ids) if run.violation is None and out is not None else []
 
@@ -127,7 +131,8 @@ def most_tokens(factory: SutFactory, cfg: Config, prompt: tuple[int, ...], cap: 
     return None
 
 
-def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabilities) -> tuple[Shape, ...]:
+def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabilities,
+                   deadline: Deadline | None = None) -> tuple[Shape, ...]:
     """The scope's request shapes on this config of the system, in scope order:
     max_tokens "most" becomes `most_tokens` up to max_steps / (2 max_requests)
     (dropped where there is none), a stop choice k becomes the token the system
@@ -158,7 +163,7 @@ def resolve_shapes(scope: Scope, cfg: Config, factory: SutFactory, caps: Capabil
         if stop is not None:
             key = (prompt, max_tokens)
             if key not in probed:
-                probed[key] = probe_tokens(factory, cfg, prompt, max_tokens, scope.max_steps)
+                probed[key] = probe_tokens(factory, cfg, prompt, max_tokens, scope.max_steps, deadline)
             token = stop_token(stop, probed[key], cfg.vocab_size)
             if token is None:
                 continue
@@ -206,9 +211,10 @@ def arrival_choices(scope: Scope, shapes: int, submitted: int) -> list[tuple[int
     return [()] + [seq for j in range(1, room + 1) for seq in itertools.product(range(shapes), repeat=j)]
 
 
-def make_plan(factory: SutFactory, scope: Scope, caps: Capabilities) -> Plan:
+def make_plan(factory: SutFactory, scope: Scope, caps: Capabilities, deadline: Deadline | None = None) -> Plan:
     """The plan of `scope` on the system: each config built once (one it refuses,
-    with WorkloadError, is listed with why), its shapes resolved, its units."""
+    with WorkloadError, is listed with why), its shapes resolved, its units;
+    OutOfTime once `deadline` passes (the caller cuts the rest: `within`)."""
     configs: list[ConfigPlan] = []
     refused: list[tuple[Config, str]] = []
     for cfg in scope.config_list(caps.pinned):
@@ -217,7 +223,7 @@ def make_plan(factory: SutFactory, scope: Scope, caps: Capabilities) -> Plan:
         except WorkloadError as exc:
             refused.append((cfg, str(exc)))
             continue
-        taken, refused_shapes = taken_shapes(factory, cfg, resolve_shapes(scope, cfg, factory, caps))
+        taken, refused_shapes = taken_shapes(factory, cfg, resolve_shapes(scope, cfg, factory, caps, deadline))
         configs.append(ConfigPlan(cfg, taken, refused_shapes))
     if not any(plan.shapes for plan in configs):
         why = refused[0][1] if refused else configs[0].refused[0][1] if configs and configs[0].refused else "no shape"
@@ -282,15 +288,17 @@ class Tally:
 @dataclass
 class Limits:
     """Where exploration stops with an incomplete result: states in all, a deadline
-    (time.monotonic()), merged states to check (`check_key`; 0: none)."""
+    (which also cuts a call into the system short), merged states to check
+    (`check_key`; 0: none)."""
 
     max_states: int = 1_000_000
-    deadline: float | None = None
+    deadline: Deadline | None = None
     check_key: int = 0
     max_depth: int | None = None   # explore no transition past this step (set once a finding bounds the search)
 
     def out_of_time(self) -> bool:
-        return self.deadline is not None and time.monotonic() > self.deadline
+        left = self.deadline.left() if self.deadline is not None else None
+        return left is not None and left <= 0
 
 
 class UnitSearch:
@@ -318,7 +326,7 @@ class UnitSearch:
 
     # ----- running -----------------------------------------------------------------------
     def fresh(self) -> Driver:
-        d = Driver(self.factory, self.cfg, self.checks.build(), coverage=self.coverage)
+        d = Driver(self.factory, self.cfg, self.checks.build(), coverage=self.coverage, deadline=self.limits.deadline)
         d.inputs_until = self.scope.horizon - 1   # (inputs are scheduled up to the horizon, as in a workload)
         return d
 
@@ -360,8 +368,15 @@ class UnitSearch:
     # ----- the search --------------------------------------------------------------------
     def run(self) -> None:
         """Explore the unit, adding what it finds to `reported` (stopping at the
-        first finding with `stop_at_first`)."""
+        first finding with `stop_at_first`); a deadline that passes, even in a
+        call into the system, leaves it incomplete."""
         self.tally.units += 1
+        try:
+            self.search()
+        except OutOfTime:
+            self.tally.complete = False
+
+    def search(self) -> None:
         root = self.fresh()
         self.paths.append(())
         self.counts.append(1)

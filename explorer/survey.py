@@ -128,7 +128,7 @@ def survey_block(bases: range, family: Family, graph: FutureGraph,
         within(0, 0)
         if until is not None and now() > until:
             return None
-        if not part.complete or fold.states > caps.max_states or caps.memory_exceeded():
+        if not part.complete or fold.states > caps.max_states or caps.passed():
             fold.stopped = True
             break
     return fold
@@ -136,19 +136,20 @@ def survey_block(bases: range, family: Family, graph: FutureGraph,
 
 def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states: int = 200_000,
            max_memory_mb: float | None = None, workers: int = 1,
-           progress: Callable[[int, int], None] | None = None, merge: bool = False) -> Survey:
+           progress: Callable[[int, int], None] | None = None, merge: bool = False,
+           deadline: float | None = None) -> Survey:
     """Explore and analyse every variant (on `workers` fork processes when more
     than one), folded block by block in block order; cut short at the first
     block that stops (`survey_block`), past `max_states` states in all, or past
-    the memory cap. `progress(states, variants left)` now and then (states so
+    the memory cap or `deadline` (`Caps`). `progress(states, variants left)` now and then (states so
     far, those of blocks under way included). Variants are built
     where they are explored, and their figures folded as they come, so memory
     does not grow with the family's size. With `merge` the family is one graph
     (`Exploration.merge`), explored and analysed on this process."""
     if merge:
-        ex = explore(workload, max_states, spread, reduce, max_memory_mb, progress, merge=True)
+        ex = explore(workload, max_states, spread, reduce, max_memory_mb, progress, merge=True, deadline=deadline)
         return _survey_of(ex)
-    caps = Caps(max_states, max_memory_mb)
+    caps = Caps(max_states, max_memory_mb, deadline)
     family = (workload, spread, reduce, caps)
     blocks = plan(workload, spread)
     total = family_size(workload, spread)
@@ -209,7 +210,7 @@ def _fold_in_order(blocks: Iterable[tuple[int, Fold]], caps: Caps, folded: Fold)
             block = waiting.pop(following)
             following += 1
             folded.merge(block)
-            if block.stopped or folded.states > caps.max_states or caps.memory_exceeded():
+            if block.stopped or folded.states > caps.max_states or caps.passed():
                 return
 
 

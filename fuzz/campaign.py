@@ -25,7 +25,7 @@ from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.coverage import EdgeCoverage
 from loopcheck.driver.determinism import runs_differ
 from loopcheck.driver.driver import run_workload
-from loopcheck.fuzz.corpus import Corpus
+from loopcheck.fuzz.corpus import Corpus, stored
 from loopcheck.fuzz.directed import Director
 from loopcheck.fuzz.hypothesis_constants import no_local_constants
 from loopcheck.fuzz.machine import LAST_FAILURE, Stats, machine_class, record_failure
@@ -36,7 +36,7 @@ from loopcheck.fuzz.shrink import NotReproduced, shrink
 from loopcheck.fuzz.strategies import ON, configs, request_sizes
 from loopcheck.model.config import Config, regression_config
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.workload import Workload, load_workload, workload_from_json
+from loopcheck.model.workload import Workload, load_workload
 from loopcheck.runctl.stop import StopRequest, exit_code
 from loopcheck.sut.code import code_paths
 from loopcheck.sut.protocol import SutFactory
@@ -201,9 +201,9 @@ def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None =
     batches = iter(range(10**9))
     try:
         with StopRequest.deferred():   # a signal stops the run at the next driver action
-            saved = [(workload_from_json(json.loads(v)), Counter()) for v in sorted(hunt.database.fetch(DIRECTED_KEY))]
-            run_recorded(saved, hunt)   # the directed failures of earlier campaigns first
-            if stats.corpus is not None and hunt.found is None:   # then the corpus they kept
+            # the directed failures of earlier campaigns first, then the corpus they kept
+            run_recorded(((w, Counter()) for w in stored(hunt.database, DIRECTED_KEY)), hunt)
+            if stats.corpus is not None and hunt.found is None:
                 run_recorded(((w, Counter()) for w in stats.corpus.saved()), hunt)
             while True:
                 if hunt.found is None:

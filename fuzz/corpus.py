@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +51,24 @@ LOADED = 200   # entries a campaign takes from the database at most (the first, 
 RAREST = 4     # a round's target is one of this many rarest features of a kind
 SPLICED = 0.25  # the share of mutants that start from a parent spliced with another entry
 READ_OFF = 0.5  # the share of the others that are one edit read off the parent's run (`run_edits`)
+
+
+def stored(database: ExampleDatabase, key: bytes, most: int | None = None) -> list[Workload]:
+    """The workloads saved under `key` (the first `most`, in sorted order): each
+    value a workload file's JSON (loopcheck/workload@1, docs/checking.md);
+    one that does not load (damaged, or written by another version) is
+    skipped, and one warning line on stderr says how many and why the first."""
+    out, skipped = [], []
+    for value in sorted(database.fetch(key))[:most]:
+        try:
+            out.append(workload_from_json(json.loads(value)))
+        except (WorkloadError, ValueError) as exc:   # (ValueError: not JSON, or not UTF-8)
+            skipped.append(str(exc))
+    if skipped:
+        print(f"loopcheck: warning: skipped {len(skipped)} saved entr{'y' if len(skipped) == 1 else 'ies'} of "
+              f"{key.decode(errors='replace')} that {'is' if len(skipped) == 1 else 'are'} not a valid workload "
+              f"(the first: {skipped[0]})", file=sys.stderr)
+    return out
 
 
 @dataclass
@@ -99,18 +118,11 @@ class Corpus:
 
     def saved(self) -> list[Workload]:
         """The workloads earlier campaigns kept for this system (at most LOADED;
-        those no longer valid are skipped)."""
+        those that are not valid workloads skipped, with a warning: `stored`;
+        those outside this campaign's limits left out)."""
         if self.database is None or self.key is None:
             return []
-        out = []
-        for value in sorted(self.database.fetch(self.key))[:LOADED]:
-            try:
-                w = workload_from_json(json.loads(value))
-            except (WorkloadError, ValueError):
-                continue
-            if self.limits.allows(w):
-                out.append(w)
-        return out
+        return [w for w in stored(self.database, self.key, LOADED) if self.limits.allows(w)]
 
     def energy(self, entry: Entry) -> float:
         """How much an entry is worth mutating: the rarity of what it showed first."""

@@ -28,7 +28,7 @@ from loopcheck.simulate_cmd import prepare
 
 MODEL_MAX_STATES = 200_000
 MODEL_ONLY = ("spread", "max_memory_mb", "no_reduce", "merge", "policy")   # the flags of each way of exploring
-SCOPE_ONLY = ("adapter", "part", "max_seconds", "keep_going", "check_key", "ignore", "check")
+SCOPE_ONLY = ("adapter", "part", "keep_going", "check_key", "ignore", "check")
 
 
 def given_flags(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
@@ -54,7 +54,7 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="with --scope: replay up to N merged states per unit from the root and compare them (a "
                         "divergence is an adapter fault, exit 2)")
     p.add_argument("--max-seconds", type=float,
-                   help="with --scope: stop after this long with an INCOMPLETE verdict")
+                   help="stop after this long with an INCOMPLETE verdict")
     p.add_argument("--max-states", type=int, default=None,
                    help=f"stop at this many states with an INCOMPLETE verdict (default {MODEL_MAX_STATES}, with "
                         f"--scope {DEFAULT_MAX_STATES})")
@@ -79,6 +79,7 @@ def argv_of(args: argparse.Namespace) -> list[str]:
     out = ["explore", args.workload, "--max-states", str(args.max_states), "--spread", str(args.spread),
            "--workers", str(args.workers)]
     out += ["--max-memory-mb", f"{args.max_memory_mb:g}"] if args.max_memory_mb is not None else []
+    out += ["--max-seconds", f"{args.max_seconds:g}"] if args.max_seconds is not None else []
     out += ["--no-reduce"] if args.no_reduce else []
     out += ["--merge"] if args.merge else []
     out += ["--policy", args.policy] if args.policy else []
@@ -104,8 +105,9 @@ class Progress:
 
 def summary(workload: Workload, args: argparse.Namespace) -> tuple[dict[str, Any], Survey]:
     start = time.perf_counter()
+    deadline = None if args.max_seconds is None else time.monotonic() + args.max_seconds
     found = survey(workload, args.spread, not args.no_reduce, args.max_states, args.max_memory_mb, args.workers,
-                   progress=Progress("queue" if args.merge else "variants left"), merge=args.merge)
+                   progress=Progress("queue" if args.merge else "variants left"), merge=args.merge, deadline=deadline)
     live = found.liveness
     seconds = time.perf_counter() - start
     figures = {
@@ -137,11 +139,11 @@ def run(args: argparse.Namespace) -> int:
     for flag in given_flags(args, SCOPE_ONLY):
         raise WorkloadError(f"{flag} needs --scope")
     args.max_states = args.max_states or MODEL_MAX_STATES
-    memory = args.max_memory_mb
-    if args.max_states < 1 or args.spread < 0 or args.workers < 1 or (
-            memory is not None and not (math.isfinite(memory) and memory > 0)):
-        print("loopcheck explore: error: --max-states and --workers must be >= 1, --spread >= 0 and "
-              "--max-memory-mb a number > 0", file=sys.stderr)
+    memory, seconds = args.max_memory_mb, args.max_seconds
+    if args.max_states < 1 or args.spread < 0 or args.workers < 1 or any(
+            bound is not None and not (math.isfinite(bound) and bound > 0) for bound in (memory, seconds)):
+        print("loopcheck explore: error: --max-states and --workers must be >= 1, --spread >= 0, and "
+              "--max-memory-mb and --max-seconds numbers > 0", file=sys.stderr)
         return 2
     if args.merge and args.workers > 1:
         print("loopcheck explore: error: --merge explores the family as one graph, on one process: "
@@ -168,8 +170,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"LIVELOCK: a lasso of {len(live.lasso.stem) - 1} steps then a cycle of "
                   f"{len(live.lasso.cycle) - 1} steps in which nothing finishes.")
         if not found.complete:   # (a lasso among the states explored is a livelock all the same)
-            cap = f"the state cap of {args.max_states}" + (
-                f" or the memory cap of {memory:g} MiB" if memory is not None else "")
+            cap = (f"the time cap of {seconds:g} s" if seconds is not None and figures["seconds"] >= seconds
+                   else f"the memory cap of {memory:g} MiB" if memory is not None and figures["peak_memory_mb"] > memory
+                   else f"the state cap of {args.max_states}")
             print(f"INCOMPLETE: {cap} cut exploration short; " + (
                 "the figures cover the states explored." if live.livelock else "no verdict."))
         elif not live.livelock:

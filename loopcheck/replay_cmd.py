@@ -8,14 +8,15 @@ import argparse
 import json
 import sys
 
-from loopcheck.adapters.loader import capabilities_of
+from loopcheck.adapters.loader import capabilities_of, warn_costly
 from loopcheck.checks.signatures import PLACED
 from loopcheck.checks.suite import CheckSet
 from loopcheck.model.workload import Workload
 from loopcheck.options import add_adapter, add_check_mode, check_set_of, factory_of
 from loopcheck.replayed import Replay, replay
 from loopcheck.report import banner
-from loopcheck.simulate_cmd import prepare
+from loopcheck.runctl.stop import Deadline, OutOfTime
+from loopcheck.simulate_cmd import StepProgress, prepare
 from loopcheck.timeline import check_matplotlib, draw
 
 DEFAULT_RUNS = 2   # replay runs a file twice, to tell whether the system is deterministic
@@ -124,9 +125,18 @@ def run(args: argparse.Namespace) -> int:
         check_matplotlib("--plot")
     args.workload, args.no_preemption = args.file, False
     workload = prepare(args)
-    checks = check_set_of(args, capabilities_of(factory_of(args), workload.config).semantics)
+    factory = factory_of(args)
+    warn_costly(factory, [workload.config])
+    deadline = Deadline(args.max_seconds)
+    try:
+        caps = capabilities_of(factory, workload.config, deadline)
+    except OutOfTime:
+        print(json.dumps({"steps": 0, "incomplete": True}) if args.json else
+              f"INCOMPLETE: --max-seconds {args.max_seconds:g} passed while the system was being built: no step ran")
+        return 1
+    checks = check_set_of(args, caps.semantics)
     banner(None, argv_of(args, checks), sys.stderr if args.json else None)
-    rep = replay(workload, factory_of(args), checks, args.max_steps, args.runs, args.max_seconds)
+    rep = replay(workload, factory, checks, args.max_steps, args.runs, deadline, StepProgress(len(workload.requests)))
     if args.plot:
         draw(rep.timeline(workload, args.adapter), args.plot)
     if args.json:

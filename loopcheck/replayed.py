@@ -10,6 +10,7 @@ from pathlib import Path
 from loopcheck.checks.base import Violation, ignored, matches
 from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.determinism import runs_differ
+from loopcheck.driver.driver import OnStep
 from loopcheck.model.events import Event
 from loopcheck.model.workload import Workload
 from loopcheck.runctl.stop import Deadline
@@ -62,18 +63,19 @@ class Replay:
 
 
 def replay(workload: Workload, factory: SutFactory, checks: CheckSet, max_steps: int | None = None,
-           runs: int = 1, max_seconds: float | None = None) -> Replay:
+           runs: int = 1, deadline: Deadline | None = None, progress: OnStep | None = None) -> Replay:
     """Run `workload` on the system `factory` builds with `checks` (to their step
-    cap, or `max_steps`; stopped after a step past `max_seconds`), recording every
-    step; then, unless it was stopped so, `runs - 1` times more, each compared
-    with the first (`Replay.differs`)."""
-    rep, deadline = Replay(runs=runs), Deadline(max_seconds)
+    cap, or `max_steps`; stopped where `deadline` passes), recording every
+    step (and calling `progress` after it); then, unless it was stopped so,
+    `runs - 1` times more, each compared with the first (`Replay.differs`)."""
+    rep = Replay(runs=runs)
 
     def record(events: list[Event], obs: Observation) -> None:
         rep.record(events, obs)
-        deadline.check()
+        if progress is not None:
+            progress(events, obs)
 
-    run, rep.differs = runs_differ(workload, factory, checks.build, runs, max_steps, record)
+    run, rep.differs = runs_differ(workload, factory, checks.build, runs, max_steps, record, deadline)
     rep.out_of_time = run.out_of_time
     rep.runs = 1 if run.out_of_time else runs
     rep.violation, rep.drained, rep.skipped = run.violation, run.drained, run.driver.skipped

@@ -9,22 +9,24 @@ import json
 import math
 import shutil
 import sys
-import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from loopcheck.adapters.loader import capabilities_of, load_factory
+from loopcheck.adapters.loader import capabilities_of, load_factory, warn_costly
 from loopcheck.certificate_report import certificate_lines, write_report
 from loopcheck.checks.counterexample import numbered_paths, write_counterexample
 from loopcheck.checks.suite import CheckSet
+from loopcheck.driver.driver import within
 from loopcheck.explorer.certificate import Certificate, certificate_from_json, certificate_of, combine
 from loopcheck.explorer.scope import load_scope
-from loopcheck.explorer.scoped import Finding, Limits, Plan, Tally, explore_units, make_plan, shortest
+from loopcheck.explorer.scoped import Finding, Limits, Plan, Result, Tally, explore_units, make_plan, shortest
 from loopcheck.model.errors import WorkloadError
 from loopcheck.options import check_set_of
 from loopcheck.report import banner, command_line
+from loopcheck.runctl.stop import Deadline, OutOfTime
 from loopcheck.runctl.ticker import Ticker
+from loopcheck.sut.protocol import Capabilities
 
 CERTIFICATE = "certificate.json"
 DEFAULT_OUT = "loopcheck-explore"
@@ -63,14 +65,19 @@ def finding_entry(finding: Finding, path: Path, adapter: str, checks: CheckSet) 
 
 def explore_part(job: tuple) -> dict[str, Any]:
     """Explore part K of N into `out` (its counterexample files and certificate
-    written there); the certificate's JSON. Runs in a worker process too."""
+    written there); the certificate's JSON (incomplete, with no unit, if the
+    deadline passed while the plan was made). Runs in a worker process too."""
     adapter, scope_spec, checks, keep_going, limits, (k, n), out, label = job
     factory = load_factory(adapter)
-    caps = capabilities_of(factory)
     scope = load_scope(scope_spec)
-    plan: Plan = make_plan(factory, scope, caps)
-    result = explore_units(factory, plan, plan.part(k, n), checks, limits, keep_going,
-                           Progress(label) if label is not None else None)
+    caps = Capabilities()
+    try:
+        caps = capabilities_of(factory, deadline=limits.deadline)
+        plan: Plan = within(limits.deadline, lambda: make_plan(factory, scope, caps, limits.deadline))
+        result = explore_units(factory, plan, plan.part(k, n), checks, limits, keep_going,
+                               Progress(label) if label is not None else None)
+    except OutOfTime:
+        plan, result = Plan(scope, (), (), (), caps), Result(Tally(complete=False), [], 0.0, [])
     entries = []
     paths = numbered_paths(out, [finding.violation.prop for finding in result.findings])
     for finding, path in zip(result.findings, paths, strict=True):
@@ -110,13 +117,16 @@ def run_scoped(args: argparse.Namespace) -> int:
         raise WorkloadError("--part runs one part in this process: leave out --workers")
     adapter = args.adapter or "model"
     factory = load_factory(adapter)
-    caps = capabilities_of(factory)
+    limits = Limits(args.max_states or DEFAULT_MAX_STATES, Deadline(max_seconds), args.check_key)
+    try:
+        caps = capabilities_of(factory, deadline=limits.deadline)
+    except OutOfTime:
+        print(f"INCOMPLETE: --max-seconds {max_seconds:g} passed while the system was being built: nothing explored")
+        return 1
     checks = check_set_of(args, caps.semantics)
-    load_scope(args.scope)   # (bad input stops here, before any work)
+    warn_costly(factory, load_scope(args.scope).config_list(caps.pinned))   # (bad input stops here, before any work)
     part = parse_part(args.part) if args.part else (1, args.workers)
     out = Path(args.out or DEFAULT_OUT)
-    deadline = time.monotonic() + max_seconds if max_seconds is not None else None
-    limits = Limits(args.max_states or DEFAULT_MAX_STATES, deadline, args.check_key)
     argv = ["explore", "--adapter", adapter, "--scope", args.scope, *checks.flags(), "--out", str(out)]
     argv += ["--part", args.part] if args.part else ["--workers", str(args.workers)]
     argv += ["--keep-going"] if args.keep_going else []

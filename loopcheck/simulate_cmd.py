@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from loopcheck.adapters.loader import warn_costly
 from loopcheck.adapters.simulate import simulate
 from loopcheck.model.events import Event
 from loopcheck.model.simulate import SimResult
@@ -66,10 +67,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     workload = prepare(args)
     factory = factory_of(args)
+    warn_costly(factory, [workload.config])
     banner(None, argv_of(args), sys.stderr if args.json else None)
-    progress = StepProgress(len(workload.requests), args.max_seconds)
-    result, failed = simulate(workload, factory, args.max_steps, args.adapter, args.trace, progress)
-    incomplete = f"INCOMPLETE: --max-seconds {args.max_seconds:g} passed" if progress.deadline.passed else None
+    result, failed, out_of_time = simulate(workload, factory, args.max_steps, args.adapter, args.trace,
+                                           StepProgress(len(workload.requests)), Deadline(args.max_seconds))
+    incomplete = f"INCOMPLETE: --max-seconds {args.max_seconds:g} passed" if out_of_time else None
     if args.json:
         out = result.to_json(with_trace=args.trace)
         out.update({prop: failed.message if failed and failed.prop == prop else None for prop in ("crash", "hang")})
@@ -84,17 +86,14 @@ def run(args: argparse.Namespace) -> int:
 
 class StepProgress:
     """After each step: a progress line on stderr about every 2 s (steps, steps/s,
-    requests finished, blocks held); past `max_seconds` (None: no bound), the
-    run ends there (`deadline`)."""
+    requests finished, blocks held)."""
 
-    def __init__(self, requests: int, max_seconds: float | None = None) -> None:
+    def __init__(self, requests: int) -> None:
         self.ticker, self.requests, self.steps, self.finished = Ticker(), requests, 0, 0
-        self.deadline = Deadline(max_seconds)
 
     def __call__(self, events: list[Event], obs: Observation) -> None:
         self.steps += 1
         self.finished += sum(e.kind == "finish" for e in events)
-        self.deadline.check()
         if self.ticker.due():
             elapsed = self.ticker.elapsed
             print(f"[{elapsed:6.1f}s] step {self.steps:,}, {self.steps / elapsed:,.0f} steps/s, finished "

@@ -54,19 +54,30 @@ class StopRequest:
 
 
 class OutOfTime(Exception):
-    """A run's wall-clock bound (`--max-seconds`) passed: raised between two steps
-    by the caller's step hook, it ends the run there, neither drained nor
-    failed (`driver.run_workload`'s `Run.out_of_time`)."""
+    """A run's wall-clock bound (`--max-seconds`) passed: raised by the driver
+    between two steps or, cutting it short, inside a call into the system
+    (`Deadline`), it ends the run there, neither drained nor failed
+    (`driver.run_workload`'s `Run.out_of_time`)."""
 
 
 class Deadline:
-    """A run's wall-clock bound from now: `check` raises OutOfTime once
-    `seconds` have passed (None: never), and remembers that it did (`passed`)."""
+    """A run's wall-clock bound from now (None: never): `left` is how many
+    seconds remain, `check` raises OutOfTime once none do, and `passed`
+    remembers that the bound ended the run (`expire`)."""
 
     def __init__(self, seconds: float | None) -> None:
-        self.seconds, self.start, self.passed = seconds, time.perf_counter(), False
+        self.until = None if seconds is None else time.monotonic() + seconds
+        self.passed = False
+
+    def left(self) -> float | None:
+        return None if self.until is None else self.until - time.monotonic()
+
+    def expire(self) -> None:
+        """The bound passed: remember it and raise OutOfTime."""
+        self.passed = True
+        raise OutOfTime
 
     def check(self) -> None:
-        if self.seconds is not None and time.perf_counter() - self.start > self.seconds:
-            self.passed = True
-            raise OutOfTime
+        left = self.left()
+        if left is not None and left <= 0:
+            self.expire()

@@ -160,6 +160,15 @@ class Spins(ModelSUT):
             pass
 
 
+class BuildsForever(ModelSUT):
+    """Never finishes being built (a build loop in Python, as an engine that
+    makes one weight per recurrence depth of a huge config)."""
+
+    def __init__(self, cfg):
+        while True:
+            pass
+
+
 class ByIdentity(ModelSUT):
     """The model behind a singleton that outlives its runs, as a scheduler that
     iterates over requests keyed by object identity or a counter: every other

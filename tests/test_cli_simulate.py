@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from loopcheck.cli import main
@@ -85,3 +86,33 @@ def test_max_seconds_ends_a_long_run_incomplete(capsys) -> None:
     assert json.loads(capsys.readouterr().out)["incomplete"] is None
     assert main(["simulate", EXAMPLE, "--max-seconds", "0"]) == 2
     assert "--max-seconds: must be > 0" in capsys.readouterr().err
+
+
+def test_max_seconds_cuts_a_step_or_a_build_that_never_ends(capsys) -> None:
+    """--max-seconds ends the run inside a call into the system: a step that spins
+    (long before the 10 s hang timeout) or a build that never ends is cut at the
+    bound, INCOMPLETE, exit 1, not a hang; simulate and replay alike."""
+    broken = Path(__file__).parent / "broken_adapters.py"
+    for adapter, steps in ((f"{broken}:Spins", 0), (f"{broken}:BuildsForever", 0)):
+        for command in (["simulate", "--json"], ["replay", "--json"]):
+            start = time.monotonic()
+            assert main([*command, EXAMPLE, "--adapter", adapter, "--max-seconds", "0.5"]) == 1
+            data = json.loads(capsys.readouterr().out)
+            assert time.monotonic() - start < 5 and data["steps"] == steps and data["incomplete"], (command, data)
+            assert data.get("hang") is None and data.get("violation") is None
+
+
+def test_a_costly_config_is_warned_about_before_the_run(tmp_path, capsys) -> None:
+    """The torch engine says a config whose steps compute many tokens is slow:
+    one warning line before simulate starts; none for the default config."""
+    workload = json.loads(Path(EXAMPLE).read_text())
+    workload["config"].update(max_num_batched_tokens=512, prefill_chunk_size=512)
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps(workload))
+    assert main(["simulate", str(path), "--adapter", "torch", "--max-steps", "1"]) == 1
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == ["loopcheck: warning: the torch engine: max_num_batched_tokens 512 lets one step compute that "
+                        "many tokens, seconds a step (a call past 10 s is reported as a hang; --max-seconds bounds "
+                        "the run)"]
+    assert main(["simulate", EXAMPLE, "--adapter", "torch", "--max-steps", "1"]) == 1
+    assert "warning" not in capsys.readouterr().err

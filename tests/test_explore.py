@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from loopcheck.model.bounds import preemption_bound
 from loopcheck.model.events import Admit, Arrive, Finish, Preempt, Prefill, Resume, TokenOutcome
 from loopcheck.model.reference import step
 from loopcheck.model.state import initial_state
-from loopcheck.model.workload import Workload, load_workload
+from loopcheck.model.workload import Workload, load_workload, save_workload
 from tests.helpers import five_requests, req, workload
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -486,6 +487,23 @@ def test_state_cap_is_reported_loudly(capsys, tmp_path) -> None:
         "figures cover the states explored." in out
     assert main(["replay", str(tmp_path / "lasso.json")]) == 1
     assert "REPRODUCED livelock" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_max_seconds_ends_a_huge_exploration_incomplete(workers, capsys, tmp_path) -> None:
+    """A workload of 1,500 requests (2^1500 variants with --spread 1) is cut at
+    --max-seconds, in the head and tail of a variant as much as between them:
+    INCOMPLETE, naming the time cap, exit 1, within the bound and a few seconds."""
+    w = load_workload(EXAMPLES / "livelock_min.json")
+    many = Workload(replace(w.config, num_blocks=4000, max_num_seqs=64),
+                    tuple(replace(w.requests[0], rid=f"q{i}", arrival=i % 50) for i in range(1500)))
+    save_workload(many, tmp_path / "many.json")
+    start = time.monotonic()
+    assert main(["explore", str(tmp_path / "many.json"), "--spread", "1", "--max-states", "10000000",
+                 "--max-seconds", "1", "--workers", str(workers)]) == 1
+    assert time.monotonic() - start < 6
+    assert "INCOMPLETE: the time cap of 1 s cut exploration short; no verdict." in capsys.readouterr().out
+    assert main(["explore", str(tmp_path / "many.json"), "--max-seconds", "0"]) == 2
 
 
 def test_explore_cli_writes_a_lasso_that_loops_on_the_engine(tmp_path, capsys) -> None:

@@ -6,6 +6,7 @@ input."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,20 @@ def test_a_limit_makes_an_incomplete_verdict_never_a_certificate(tmp_path: Path,
     assert explore(tmp_path, MINISCHED, "--max-states", "50") == 1
     assert capsys.readouterr().out.startswith("INCOMPLETE: a limit")
     assert not certificate(tmp_path)["tally"]["complete"]
+
+
+@pytest.mark.parametrize("system, scope", [("Spins", "tiny"), ("Spins", "small"),   # (small's stops are probed)
+                                           ("BuildsForever", "tiny")])
+def test_max_seconds_cuts_a_call_that_never_ends(system: str, scope: str, tmp_path: Path, capsys) -> None:
+    """A step that spins (long before the hang timeout), or a build that never
+    ends, is cut at --max-seconds: INCOMPLETE, exit 1, within the bound and a
+    few seconds, never a certificate."""
+    start = time.monotonic()
+    adapter = f"{Path(__file__).parent / 'broken_adapters.py'}:{system}"
+    assert explore(tmp_path, adapter, "--max-seconds", "0.5", scope=scope) == 1
+    assert time.monotonic() - start < 5
+    out = capsys.readouterr().out
+    if system == "BuildsForever":   # (cut while loopcheck builds one to read its capabilities, before any work)
+        assert out == "INCOMPLETE: --max-seconds 0.5 passed while the system was being built: nothing explored\n"
+    else:
+        assert out.startswith("INCOMPLETE: a limit") and not certificate(tmp_path)["tally"]["complete"]
