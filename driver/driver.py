@@ -193,6 +193,7 @@ class Driver:
         # end (`Observation.registered_pages`), whether the cache still held it after the step (in runs with checks)
         self.uncomputed_registrations: list[tuple[bool, ...]] = []
         self.past_repeats = past_repeats   # run on past an ignored finding whose state repeats (`run_to_drain`)
+        self.chose_stops = False   # `stop_with` was called: `workload` scripts the tokens given
         self._index: dict[str, int] = {}   # request id -> position in specs
         self.sut: SystemUnderTest
         self.out_of_time = False   # the deadline passed while the system was being built: every call raises OutOfTime
@@ -263,6 +264,16 @@ class Driver:
         self.last_input = self.t
         for c in list(self.checks):   # (a check may switch itself off: `_run_check`)
             self._run_check(c, lambda c=c: c.on_input(self, "abort", rid), self.t)
+
+    def stop_with(self, rids: frozenset[str]) -> None:
+        """For the next step: of the requests given a token, those in `rids` are
+        given their stop token (a system that claims `stop_choices`)."""
+        self.raise_failure()
+        if not self.caps.stop_choices:
+            raise WorkloadError("stop choices: the system does not let the explorer choose stop tokens "
+                                "(capabilities.stop_choices)")
+        self._call("stop_with", lambda: self.sut.stop_with(rids))  # type: ignore[attr-defined]
+        self.chose_stops = True
 
     # ----- stepping ----------------------------------------------------------------------
     def step(self) -> list[Event]:
@@ -369,8 +380,15 @@ class Driver:
 
     # ----- records -----------------------------------------------------------------------
     def workload(self) -> Workload:
-        """What was submitted so far, as a replayable workload."""
-        return Workload(self.cfg, tuple(self.specs))
+        """What was submitted so far, as a replayable workload; where the run
+        chose stop tokens (`stop_with`), each request with a stop token scripts
+        the tokens it was given (`script_tokens`), so that a replay gives them
+        again (the model's environment takes them; docs/exploring.md)."""
+        if not self.chose_stops:
+            return Workload(self.cfg, tuple(self.specs))
+        given = {rid: out.token_ids for rid, out in self.obs.outputs.items() if out.token_ids}
+        return Workload(self.cfg, tuple(replace(s, script_tokens=tuple(given[s.rid]))
+                                        if s.stop_token is not None and s.rid in given else s for s in self.specs))
 
     def raise_failure(self) -> None:
         """Raise the violation found so far, if any (a crash while building the SUT

@@ -134,7 +134,9 @@ FIELDS = {
                        "a list of objects with config and why"),
     "seconds": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, "seconds (0 or more)"),
 }
-TALLY_FIELDS = {**{name: COUNT for name in ("units", "workloads", "states", "transitions", "steps", "longest_wait",
+TALLY_FIELDS = {**{name: COUNT for name in ("units", "workloads", "states", "drained_states", "transitions", "edges",
+                                            "steps",
+                                            "longest_wait",
                                             "most_steps_to_drain", "most_blocks_held", "merges_checked")},
                 "judged": COUNTS, "ignored": COUNTS, "met": COUNTS, "complete": FLAG,
                 "not_run": (lambda v: isinstance(v, dict) and all(map(_is_text, v.values())), "an object of strings")}

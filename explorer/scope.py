@@ -43,7 +43,8 @@ from typing import Any
 
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
-from loopcheck.model.workload import check_keys, parse_json
+from loopcheck.model.workload import SCHEMA as WORKLOAD_SCHEMA
+from loopcheck.model.workload import Workload, check_keys, load_workload, parse_json, workload_from_json
 
 SCHEMA = "loopcheck/scope@1"
 MOST = "most"   # a max_tokens choice: the largest the request fits the pool and the system takes with
@@ -96,6 +97,41 @@ class Scope:
         return {"schema": SCHEMA, **data}
 
 
+@dataclass(frozen=True)
+class WorkloadScope:
+    """A given workload as a scope: its variants (every request's arrival and
+    abort shifted by 0..spread steps, independently, as the model explorer's
+    family: `explorer.explore.variant`) are the units, each with its inputs
+    fixed by step; `max_steps`, as in a `Scope`."""
+
+    name: str
+    workload: Workload
+    spread: int = 0
+    max_steps: int = 500
+
+    def config_list(self, pinned: dict[str, Any]) -> list[Config]:
+        """The workload's config, the system's pinned fields applied."""
+        return [Config(**{**self.workload.config.to_json(), **pinned})]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "name": self.name, "workload": self.workload.to_json(), "spread": self.spread,
+                "max_steps": self.max_steps}
+
+
+MAX_SPREAD = 16   # a workload scope's arrival shifts: at most
+
+
+def workload_scope(workload: Workload, name: str, spread: int, max_steps: int = 500) -> WorkloadScope:
+    """A workload scope, its size checked (WorkloadError naming the field)."""
+    _int("scope.spread", spread, 0, MAX_SPREAD)
+    _int("scope.max_steps", max_steps, 1, 10_000)
+    variants = (spread + 1) ** len(workload.requests)
+    if variants > MAX_UNITS:
+        raise WorkloadError(f"scope: {variants} variants of the workload ({len(workload.requests)} requests, spread "
+                            f"{spread}), more than {MAX_UNITS}: make it smaller")
+    return WorkloadScope(name, workload, spread, max_steps)
+
+
 _INT_FIELDS = {"max_requests": (1, 8), "arrivals_per_step": (1, 4), "horizon": (1, 32), "max_steps": (1, 10_000)}
 
 
@@ -114,12 +150,20 @@ def _ints(where: str, value: Any, low: int, high: int, none: bool = False, word:
     return tuple(value)
 
 
-def scope_from_json(data: Any, name: str) -> Scope:
-    """Validate a scope object field by field; WorkloadError naming the field."""
+def scope_from_json(data: Any, name: str) -> Scope | WorkloadScope:
+    """Validate a scope object field by field (a `WorkloadScope`'s where it has a
+    `workload`); WorkloadError naming the field."""
     if not isinstance(data, dict):
         raise WorkloadError("scope: must be a JSON object")
     if data.get("schema") != SCHEMA:
         raise WorkloadError(f"scope.schema: must be {SCHEMA!r}, got {json.dumps(data.get('schema'))}")
+    if "workload" in data:
+        check_keys("scope", data, {"schema", "name", "workload", "spread", "max_steps"}, ("workload",), "scope")
+        try:
+            workload = workload_from_json(data["workload"])
+        except WorkloadError as exc:
+            raise WorkloadError(f"scope.workload: {exc}") from None
+        return workload_scope(workload, name, data.get("spread", 0), data.get("max_steps", 500))
     check_keys("scope", data, {f.name for f in fields(Scope)} | {"schema"}, ("configs", "prompts", "max_tokens"),
                "scope")
     configs = data["configs"]
@@ -269,9 +313,10 @@ PRESETS: dict[str, Scope] = {
 }
 
 
-def load_scope(spec: str) -> Scope:
-    """A preset by name, or a scope file (`loopcheck/scope@1`); WorkloadError
-    naming --scope or the field."""
+def load_scope(spec: str, spread: int = 0) -> Scope | WorkloadScope:
+    """A preset by name, a scope file (`loopcheck/scope@1`), or a workload file
+    (`loopcheck/workload@1`: its variants with arrivals shifted by 0..`spread`);
+    WorkloadError naming --scope or the field."""
     if spec in PRESETS:
         return PRESETS[spec]
     path = Path(spec)
@@ -281,4 +326,7 @@ def load_scope(spec: str) -> Scope:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkloadError(f"--scope: cannot read {spec!r}: {exc}") from None
-    return scope_from_json(parse_json(text, str(path)), path.stem)
+    data = parse_json(text, str(path))
+    if isinstance(data, dict) and data.get("schema") == WORKLOAD_SCHEMA:
+        return workload_scope(load_workload(path), path.stem, spread)
+    return scope_from_json(data, path.stem)

@@ -37,12 +37,13 @@ from loopcheck.checks.needs import never_fits
 from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.coverage import EdgeCoverage
 from loopcheck.driver.driver import Driver, RunEnded, run_workload
-from loopcheck.explorer.scope import FAIL, MOST, NEVER, Scope, shapes_upper_bound
+from loopcheck.explorer.explore import family_size, variant
+from loopcheck.explorer.scope import FAIL, MOST, NEVER, Scope, WorkloadScope, shapes_upper_bound
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event
 from loopcheck.model.workload import NEVER as GRAMMAR_NEVER
-from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.model.workload import InputSchedule, RequestSpec, Workload
 from loopcheck.runctl.stop import Deadline, OutOfTime, StopRequest
 from loopcheck.sut.canonical import canonical, digest
 from loopcheck.sut.protocol import Capabilities, ProtocolError, Refused, SutFactory
@@ -51,8 +52,10 @@ from loopcheck.sut.view import SUBMITTED, WAITING
 LIVE_LIMIT = 256   # live systems kept for the last input choice of the states waiting to be expanded
 PROGRESS_EVERY = 64   # transitions between calls of the progress callback (which decides by the clock)
 
-Inputs = tuple[tuple[int, ...], int | None]   # shapes arriving (indices, in submission order), request aborted
-NO_INPUTS: Inputs = ((), None)
+# before a step: shapes arriving (indices, in submission order), requests aborted, and (where the explorer chooses
+# them: `stop_choices`) the requests given their stop token in it
+Inputs = tuple[tuple[int, ...], tuple[str, ...], frozenset[str] | None]
+NO_INPUTS: Inputs = ((), (), None)
 
 
 @dataclass(frozen=True)
@@ -76,12 +79,36 @@ class Shape:
 
 
 @dataclass(frozen=True)
+class GivenRequest:
+    """A request of a given workload (`WorkloadScope`), submitted as it is: its id
+    kept (ids break priority ties), its abort an input of its own."""
+
+    request: RequestSpec
+
+    def spec(self, rid: str) -> RequestSpec:
+        return replace(self.request, abort_at=None)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What one unit explores: a config of the plan (its position), the inputs
+    fixed before each of the first steps (`script`: before step 0 for a
+    `Scope`, whose later inputs are chosen; every step's for a workload), and
+    the horizon (inputs come before the steps 0 .. horizon-1)."""
+
+    config: int
+    script: tuple[Inputs, ...]
+    horizon: int
+
+
+@dataclass(frozen=True)
 class ConfigPlan:
     """One config of the scope as the system takes it: its shapes (stops
-    resolved), and the shapes its `add` refuses (each with why)."""
+    resolved; a workload's requests), and the shapes its `add` refuses (each
+    with why)."""
 
     config: Config
-    shapes: tuple[Shape, ...]
+    shapes: tuple[Shape | GivenRequest, ...]
     refused: tuple[tuple[Shape, str], ...] = ()
 
 
@@ -90,10 +117,10 @@ class Plan:
     """What an exploration covers on one system: the configs it builds (with their
     shapes), the configs it refuses and why, and the units in order."""
 
-    scope: Scope
+    scope: Scope | WorkloadScope
     configs: tuple[ConfigPlan, ...]
     refused: tuple[tuple[Config, str], ...]
-    units: tuple[tuple[int, Inputs], ...]   # (position in `configs`, inputs before step 0)
+    units: tuple[Unit, ...]
     capabilities: Capabilities
 
     def part(self, k: int, n: int) -> list[int]:
@@ -215,6 +242,8 @@ def make_plan(factory: SutFactory, scope: Scope, caps: Capabilities, deadline: D
     """The plan of `scope` on the system: each config built once (one it refuses,
     with WorkloadError, is listed with why), its shapes resolved, its units;
     OutOfTime once `deadline` passes (the caller cuts the rest: `within`)."""
+    if isinstance(scope, WorkloadScope):
+        return workload_plan(factory, scope, caps)
     configs: list[ConfigPlan] = []
     refused: list[tuple[Config, str]] = []
     for cfg in scope.config_list(caps.pinned):
@@ -233,10 +262,29 @@ def make_plan(factory: SutFactory, scope: Scope, caps: Capabilities, deadline: D
     # cut short has met every config; the units with nothing before step 0 last (their workloads mostly repeat
     # the others later)
     firsts = [arrival_choices(scope, len(plan.shapes), 0)[1:] for plan in configs]
-    units = tuple((c, (arrivals[j], None)) for j in range(max(map(len, firsts)))
+    units = tuple(Unit(c, ((arrivals[j], (), None),), scope.horizon) for j in range(max(map(len, firsts)))
                   for c, arrivals in enumerate(firsts) if j < len(arrivals))
-    units += tuple((c, NO_INPUTS) for c in range(len(configs)))
+    units += tuple(Unit(c, (NO_INPUTS,), scope.horizon) for c in range(len(configs)))
     return Plan(scope, tuple(configs), tuple(refused), units, caps)
+
+
+def workload_plan(factory: SutFactory, scope: WorkloadScope, caps: Capabilities) -> Plan:
+    """The plan of a workload scope: its config (WorkloadError if the system
+    refuses it: nothing would be covered), its requests, and a unit per variant
+    with every step's inputs fixed (`variant`)."""
+    (cfg,) = scope.config_list(caps.pinned)
+    factory(cfg)
+    requests = scope.workload.requests
+    index = {r.rid: i for i, r in enumerate(requests)}
+    units = []
+    for v in range(family_size(scope.workload, scope.spread)):
+        shifted = variant(scope.workload, scope.spread, v).requests
+        schedule = InputSchedule(shifted)
+        horizon = 1 + max((max(r.arrival, r.abort_at or 0) for r in shifted), default=0)
+        script = tuple((tuple(index[r.rid] for r in schedule.arrivals.get(t, ())), tuple(schedule.aborts.get(t, ())),
+                        None) for t in range(horizon))
+        units.append(Unit(0, script, horizon))
+    return Plan(scope, (ConfigPlan(cfg, tuple(map(GivenRequest, requests))),), (), tuple(units), caps)
 
 
 @dataclass
@@ -259,8 +307,10 @@ class Tally:
 
     units: int = 0
     workloads: int = 0
-    states: int = 0
-    transitions: int = 0
+    states: int = 0                     # distinct states explored on from (drained ones apart)
+    drained_states: int = 0             # distinct states in which every request has finished, from the horizon on
+    transitions: int = 0                # transitions judged: every input choice from every state
+    edges: int = 0                      # distinct (state, next state) pairs among them
     steps: int = 0                      # system steps run, replays included
     judged: Counter = field(default_factory=Counter)    # check -> transitions it judged
     not_run: dict[str, str] = field(default_factory=dict)   # check -> why it did not run
@@ -273,7 +323,8 @@ class Tally:
     complete: bool = True
 
     def add(self, other: Tally) -> None:
-        for name in ("units", "workloads", "states", "transitions", "steps", "merges_checked"):
+        for name in ("units", "workloads", "states", "drained_states", "transitions", "edges", "steps",
+                     "merges_checked"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in ("longest_wait", "most_steps_to_drain", "most_blocks_held"):
             setattr(self, name, max(getattr(self, name), getattr(other, name)))
@@ -312,30 +363,35 @@ class UnitSearch:
         self.limits, self.tally, self.stop_at_first = limits, tally, stop_at_first
         self.reported = reported   # signature -> its first finding (shared by the units of a run)
         self.progress = progress
-        config_index, self.first = plan.units[unit]
-        self.cfg = plan.configs[config_index].config
-        self.shapes = plan.configs[config_index].shapes
+        self.script, self.horizon = plan.units[unit].script, plan.units[unit].horizon
+        self.cfg = plan.configs[plan.units[unit].config].config
+        self.shapes = plan.configs[plan.units[unit].config].shapes
         self.scope = plan.scope
+        self.given = isinstance(plan.scope, WorkloadScope)   # the unit is a given workload's variant
         self.keyed = plan.capabilities.state_key
         self.paths: list[tuple[Inputs, ...]] = []
         self.counts: list[int] = []          # input sequences reaching each state (before the last input)
         self.ids: dict[str, int] = {}
-        self.after: dict[int, int] = {}      # a state past the inputs -> its one successor
+        self.drained: set[str] = set()       # the keys of the drained states met
+        self.edges: set[tuple[int, str]] = set()   # (state, key of the next state) of the transitions judged
+        self.after: dict[int, int] = {}      # a state past the inputs -> its one successor (giving no stop token)
         self.live: OrderedDict[int, Driver] = OrderedDict()
         self.merges: list[tuple[tuple[Inputs, ...], int]] = []   # (inputs, state they merged into) to check
 
     # ----- running -----------------------------------------------------------------------
     def fresh(self) -> Driver:
         d = Driver(self.factory, self.cfg, self.checks.build(), coverage=self.coverage, deadline=self.limits.deadline)
-        d.inputs_until = self.scope.horizon - 1   # (inputs are scheduled up to the horizon, as in a workload)
+        d.inputs_until = self.horizon - 1   # (inputs are scheduled up to the horizon, as in a workload)
         return d
 
     def submit(self, d: Driver, inputs: Inputs) -> None:
-        arrivals, aborted = inputs
+        arrivals, aborted, stopping = inputs
         for s in arrivals:
             d.add(self.shapes[s].spec(f"r{len(d.specs) + len(d.refused)}"))
-        if aborted is not None:
-            d.abort(d.specs[aborted].rid)
+        for rid in aborted:
+            d.abort(rid)
+        if stopping is not None:
+            d.stop_with(stopping)
 
     def replayed(self, path: tuple[Inputs, ...]) -> Driver:
         """A fresh system driven along `path` (judged before: any finding now is
@@ -352,18 +408,34 @@ class UnitSearch:
         return d
 
     def choices(self, d: Driver) -> list[Inputs]:
-        """The inputs possible before the driver's next step."""
-        if d.t >= self.scope.horizon:
-            return [NO_INPUTS]
-        if d.t == 0:
-            return [self.first]
+        """The inputs possible before the driver's next step: the unit's script,
+        then (a `Scope`'s) every choice up to the horizon; in a workload scope
+        on a system that lets the explorer choose stop tokens, with every
+        choice of which requests with a stop token are given it."""
+        if self.given:
+            arrivals, aborted, _ = self.later(d.t)
+            if not self.plan.capabilities.stop_choices:
+                return [self.later(d.t)]
+            arriving = [self.shapes[s].spec("") for s in arrivals]
+            watched = sorted(r.rid for r in [*d.specs, *arriving] if r.stop_token is not None
+                             and (r.rid not in d.view.requests or d.view.requests[r.rid].finish is None))
+            return [(arrivals, aborted, frozenset(itertools.compress(watched, bits)))
+                    for bits in itertools.product((False, True), repeat=len(watched))]
+        if d.t < len(self.script) or d.t >= self.horizon:
+            return [self.later(d.t)]
         submitted = len(d.specs) + len(d.refused)
         arrivals = arrival_choices(self.scope, len(self.shapes), submitted)
-        aborts: list[int | None] = [None]
+        aborts: list[tuple[str, ...]] = [()]
         if self.scope.aborts and self.plan.capabilities.abort:
-            aborts += [i for i, s in enumerate(d.specs) if s.abort_at is None
-                       and d.view.requests[s.rid].finish is None]
-        return [(a, x) for x in aborts for a in arrivals]
+            aborts += [(s.rid,) for s in d.specs if s.abort_at is None and d.view.requests[s.rid].finish is None]
+        return [(a, x, None) for x in aborts for a in arrivals]
+
+    def later(self, t: int) -> Inputs:
+        """The inputs the unit fixes before step t (none past its script: in a
+        workload scope on a system with stop choices, no stop token given)."""
+        if t < len(self.script):
+            return self.script[t]
+        return NO_INPUTS
 
     # ----- the search --------------------------------------------------------------------
     def run(self) -> None:
@@ -371,6 +443,8 @@ class UnitSearch:
         first finding with `stop_at_first`); a deadline that passes, even in a
         call into the system, leaves it incomplete."""
         self.tally.units += 1
+        if self.given:
+            self.tally.workloads += 1   # (a workload scope's unit is one workload, whatever the stop choices)
         try:
             self.search()
         except OutOfTime:
@@ -417,7 +491,7 @@ class UnitSearch:
         try:
             self.submit(d, inputs)
             d.step()
-            done = d.t >= self.scope.horizon and d.drained()
+            done = d.t >= self.horizon and d.drained()
             if done:
                 d.finish()
             elif d.t >= self.scope.max_steps:
@@ -430,23 +504,29 @@ class UnitSearch:
             self.count_ended(n)
             return None
         self.judged(d)
-        if d.t == self.scope.horizon:
+        if d.t == self.horizon and not self.given:
             self.tally.workloads += self.counts[n]
+        key = digest((d.obs.state_key, run_memory(d), min(d.t, self.horizon))) if self.keyed else digest(path)
+        if (n, key) not in self.edges:
+            self.edges.add((n, key))
+            self.tally.edges += 1
         if done:
             self.tally.most_steps_to_drain = max(self.tally.most_steps_to_drain, d.t)
+            if key not in self.drained:
+                self.drained.add(key)
+                self.tally.drained_states += 1
             return None
-        key = digest((d.obs.state_key, run_memory(d), min(d.t, self.scope.horizon))) if self.keyed else digest(path)
         m = self.ids.get(key)
         if m is not None:
-            if d.t <= self.scope.horizon:
+            if d.t <= self.horizon:
                 self.counts[m] += self.counts[n]
             self.merged(n, m, path)
             return None
         m = self.ids[key] = len(self.paths)
         self.paths.append(path)
-        self.counts.append(self.counts[n] if d.t < self.scope.horizon else 0)
+        self.counts.append(self.counts[n] if d.t < self.horizon else 0)
         self.tally.states += 1
-        if d.t > self.scope.horizon:
+        if d.t > self.horizon and not inputs[2]:
             self.after[n] = m
         self.live[m] = d
         if len(self.live) > LIVE_LIMIT:
@@ -472,7 +552,7 @@ class UnitSearch:
 
     def count_ended(self, n: int) -> None:
         """A run ended at state n before the last input: its input sequences end there."""
-        if len(self.paths[n]) < self.scope.horizon:
+        if len(self.paths[n]) < self.horizon and not self.given:
             self.tally.workloads += self.counts[n]
 
     def found(self, finding: Finding, n: int | None) -> None:
@@ -486,8 +566,10 @@ class UnitSearch:
 
     def merged(self, n: int, m: int, path: tuple[Inputs, ...]) -> None:
         """The run from state n reached known state m: past the inputs, a cycle
-        closes if m leads back to n; keep the merge for `check_key`."""
-        if len(path) > self.scope.horizon:
+        closes if m leads back to n (along steps that give no stop token: a
+        stop finishes a request, which no cycle undoes); keep the merge for
+        `check_key`."""
+        if len(path) > self.horizon and not path[-1][2]:
             self.after[n] = m
             chain, at = [], m
             while at in self.after and at not in chain:
@@ -533,7 +615,7 @@ class UnitSearch:
                 a, b = self.replayed(self.paths[m]), self.replayed(path)
                 self.tally.merges_checked += 1
                 for t in range(a.t, self.scope.max_steps):
-                    step_inputs = inputs if t == a.t else NO_INPUTS
+                    step_inputs = inputs if t == a.t else self.later(t)
                     seen = [self.observed(d, step_inputs) for d in (a, b)]
                     differ = [name for name in seen[0] if seen[0][name] != seen[1][name]]
                     if differ:
@@ -543,7 +625,7 @@ class UnitSearch:
                             f"inputs {list(self.paths[m])} and {list(path)} reach one key, but with inputs "
                             f"{step_inputs} at step {t} the runs differ in {name}: {seen[0][name]!r:.300} vs "
                             f"{seen[1][name]!r:.300}")
-                    if a.drained() and t >= self.scope.horizon:
+                    if a.drained() and t >= self.horizon:
                         break
 
     def observed(self, d: Driver, inputs: Inputs) -> dict[str, object]:

@@ -35,7 +35,8 @@ def certificate_lines(cert: Certificate) -> list[str]:
     lines = [verdict(cert),
              f"  system: {cert.system} ({cert.system_version}; adapter file sha256 {cert.adapter_sha256[:16]}), "
              f"{cert.loopcheck_version}, checks: {' '.join(cert.checks)}",
-             f"  covered: {t.units:,} units, {t.workloads:,} workloads, {t.states:,} distinct states, "
+             f"  covered: {t.units:,} units, {t.workloads:,} workloads, {t.states:,} distinct states "
+             f"(and {t.drained_states:,} drained), "
              f"{t.transitions:,} transitions, {t.steps:,} system steps (replays included) in {cert.seconds:.1f} s "
              f"({rate:,.0f} transitions/s)",
              "  judged: " + (", ".join(f"{label} on {n:,}" for label, n in sorted(t.judged.items())) or "nothing")]

@@ -27,7 +27,7 @@ from loopcheck.scoped_cmd import DEFAULT_MAX_STATES, DEFAULT_OUT, run_scoped
 from loopcheck.simulate_cmd import prepare
 
 MODEL_MAX_STATES = 200_000
-MODEL_ONLY = ("spread", "max_memory_mb", "no_reduce", "merge", "policy")   # the flags of each way of exploring
+MODEL_ONLY = ("max_memory_mb", "no_reduce", "merge", "policy")   # the flags of each way of exploring
 SCOPE_ONLY = ("adapter", "part", "keep_going", "check_key", "ignore", "check")
 
 
@@ -41,9 +41,9 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="workload JSON (loopcheck/workload@1): explore the reference model on it (leave out with "
                         "--scope)")
     p.add_argument("--scope", metavar="PRESET|SCOPE_FILE",
-                   help=f"explore every workload of this scope (a preset: {', '.join(PRESETS)}; or a file, "
-                        "docs/exploring.md) on --adapter, ending in a certificate (exit 0) or the shortest "
-                        "findings (exit 1)")
+                   help=f"explore every workload of this scope (a preset: {', '.join(PRESETS)}; a scope file, "
+                        "docs/exploring.md; or a workload file, with --spread) on --adapter, ending in a "
+                        "certificate (exit 0) or the shortest findings (exit 1)")
     add_adapter(p, None, "model (with --scope)")
     add_check_mode(p)
     p.add_argument("--part", metavar="K/N", help="with --scope: explore part K of N (combine the parts' "
@@ -59,7 +59,8 @@ def register(p: argparse.ArgumentParser) -> None:
                    help=f"stop at this many states with an INCOMPLETE verdict (default {MODEL_MAX_STATES}, with "
                         f"--scope {DEFAULT_MAX_STATES})")
     p.add_argument("--spread", type=int, default=0,
-                   help="enumerate each request's arrival shifted by 0..SPREAD")
+                   help="enumerate each request's arrival shifted by 0..SPREAD (the workload's, or with --scope a "
+                        "workload file's: each shift a unit)")
     p.add_argument("--max-memory-mb", type=float,
                    help="stop when one process (this one or a worker) passes this peak memory (MiB), "
                    "with an INCOMPLETE verdict")

@@ -19,7 +19,7 @@ from loopcheck.checks.counterexample import numbered_paths, write_counterexample
 from loopcheck.checks.suite import CheckSet
 from loopcheck.driver.driver import within
 from loopcheck.explorer.certificate import Certificate, certificate_from_json, certificate_of, combine
-from loopcheck.explorer.scope import load_scope
+from loopcheck.explorer.scope import WorkloadScope, load_scope
 from loopcheck.explorer.scoped import Finding, Limits, Plan, Result, Tally, explore_units, make_plan, shortest
 from loopcheck.model.errors import WorkloadError
 from loopcheck.options import check_set_of
@@ -67,9 +67,8 @@ def explore_part(job: tuple) -> dict[str, Any]:
     """Explore part K of N into `out` (its counterexample files and certificate
     written there); the certificate's JSON (incomplete, with no unit, if the
     deadline passed while the plan was made). Runs in a worker process too."""
-    adapter, scope_spec, checks, keep_going, limits, (k, n), out, label = job
+    adapter, scope, checks, keep_going, limits, (k, n), out, label = job
     factory = load_factory(adapter)
-    scope = load_scope(scope_spec)
     caps = Capabilities()
     try:
         caps = capabilities_of(factory, deadline=limits.deadline)
@@ -124,20 +123,24 @@ def run_scoped(args: argparse.Namespace) -> int:
         print(f"INCOMPLETE: --max-seconds {max_seconds:g} passed while the system was being built: nothing explored")
         return 1
     checks = check_set_of(args, caps.semantics)
-    warn_costly(factory, load_scope(args.scope).config_list(caps.pinned))   # (bad input stops here, before any work)
+    scope = load_scope(args.scope, args.spread)   # (bad input stops here, before any work)
+    if args.spread and not isinstance(scope, WorkloadScope):
+        raise WorkloadError("--spread shifts a workload's arrivals: with --scope naming a workload file")
+    warn_costly(factory, scope.config_list(caps.pinned))
     part = parse_part(args.part) if args.part else (1, args.workers)
     out = Path(args.out or DEFAULT_OUT)
     argv = ["explore", "--adapter", adapter, "--scope", args.scope, *checks.flags(), "--out", str(out)]
+    argv += ["--spread", str(args.spread)] if args.spread else []
     argv += ["--part", args.part] if args.part else ["--workers", str(args.workers)]
     argv += ["--keep-going"] if args.keep_going else []
     argv += ["--check-key", str(args.check_key)] if args.check_key else []
     banner(None, argv, sys.stderr)
     label = None if args.json else ""
     if args.part or args.workers == 1:
-        cert = certificate_from_json(explore_part((adapter, args.scope, checks, args.keep_going, limits, part, out,
+        cert = certificate_from_json(explore_part((adapter, scope, checks, args.keep_going, limits, part, out,
                                                    label)), "explore")
     else:
-        jobs = [(adapter, args.scope, checks, args.keep_going, limits, (k, args.workers), out / f"part-{k}",
+        jobs = [(adapter, scope, checks, args.keep_going, limits, (k, args.workers), out / f"part-{k}",
                  None if args.json else f"part {k}: ") for k in range(1, args.workers + 1)]
         with ProcessPoolExecutor(args.workers) as pool:
             futures = [pool.submit(explore_part, job) for job in jobs]

@@ -22,7 +22,8 @@ class WorkloadEnv:
     comes out as the impossible outcome (-1, -1), so the comparison fails there), or
     scripted: IDs from `script_tokens` (cycled) or abstract (the token's index mod
     vocab_size); exit depths of tokens after the first from `script_exit_depths`
-    (cycled) or num_loops. The first token always exits at full depth.
+    (cycled) or num_loops. The first token always exits at full depth. An
+    explorer may choose which tokens are stop tokens (`stop_with`).
     """
 
     def __init__(self, workload: Workload) -> None:
@@ -33,6 +34,7 @@ class WorkloadEnv:
         for r in workload.requests:
             self._note_abort(r)
         self._fed: dict[tuple[str, int], TokenOutcome] | None = None
+        self._stopping: frozenset[str] | None = None
 
     @property
     def workload(self) -> Workload:
@@ -58,6 +60,12 @@ class WorkloadEnv:
         """Take this step's token outcomes from another system's events."""
         self._fed = {(e.rid, e.index): TokenOutcome(e.token_id, e.exit_depth) for e in events if isinstance(e, Token)}
 
+    def stop_with(self, rids: frozenset[str] | None) -> None:
+        """Until called again with None: the requests in `rids` are given their
+        stop token, the others with a stop token a token that is not it (the
+        scripted one, or the token after the stop token where that is it)."""
+        self._stopping = rids
+
     def aborts(self, step: int) -> frozenset[str]:
         return frozenset(self._aborts_at.get(step, ()))
 
@@ -67,6 +75,9 @@ class WorkloadEnv:
         spec, cfg = self._specs[rid], self.workload.config
         token = (spec.script_tokens[index % len(spec.script_tokens)] if spec.script_tokens
                  else index % cfg.vocab_size)
+        if self._stopping is not None and spec.stop_token is not None:
+            stop = rid in self._stopping
+            token = spec.stop_token if stop else token if token != spec.stop_token else (token + 1) % cfg.vocab_size
         depth = cfg.num_loops
         if index > 0 and spec.script_exit_depths:
             depth = spec.script_exit_depths[(index - 1) % len(spec.script_exit_depths)]

@@ -23,7 +23,7 @@ class ModelSUT:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
-                                         semantics="loopcheck", internals=True, looped=True,
+                                         semantics="loopcheck", internals=True, looped=True, stop_choices=True,
                                          code=("loopcheck.model.reference",))
         self.env = WorkloadEnv(Workload(cfg, ()))
         self._state: SchedState = initial_state(cfg.num_blocks, 0)
@@ -46,8 +46,14 @@ class ModelSUT:
     def feed(self, events: list[Event]) -> None:
         self.env.feed(events)
 
+    def stop_with(self, rids: frozenset[str]) -> None:
+        """In the next step, the requests in `rids` given a token are given
+        their stop token; the others with a stop token, one that is not."""
+        self.env.stop_with(rids)
+
     def step(self) -> list[Event]:
         self._state, events = step(self.state, self.env)
+        self.env.stop_with(None)
         fold_outputs(self.outputs, events)
         return events
 

@@ -121,6 +121,11 @@ class Capabilities:
       step, reported with a `Draft` event). Only
       these are drawn for it, and a workload using another is refused. Without
       "lora", `max_loras` is pinned to 1; without "spec", `spec_tokens` to 0.
+    stop_choices: the system has a `stop_with(rids)` verb: before a step, the
+      explorer chooses which requests are given their stop token in it (of
+      those given a token then: the others are given one that is not their stop
+      token), so that exploring a given workload covers every way its requests
+      with a stop token can stop (docs/exploring.md, "A workload as a scope").
     """
 
     kv: bool = False
@@ -138,6 +143,7 @@ class Capabilities:
     victim_order: VictimOrder | None = None
     looped: bool = False
     features: tuple[str, ...] = ()
+    stop_choices: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.pinned, dict):

@@ -15,7 +15,9 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from loopcheck.adapters.loader import capabilities_of
 from loopcheck.adapters.simulate import simulate_engine, simulate_model
+from loopcheck.checks.suite import CheckSet
 from loopcheck.cli import main
 from loopcheck.explorer import survey as survey_module
 from loopcheck.explorer.explore import (
@@ -35,6 +37,8 @@ from loopcheck.explorer.explore import (
 )
 from loopcheck.explorer.lasso_export import lasso_workload
 from loopcheck.explorer.liveness import _component_figures, _forward_figures, analyse
+from loopcheck.explorer.scope import workload_scope
+from loopcheck.explorer.scoped import Limits, explore_units, make_plan
 from loopcheck.explorer.survey import Claims, Fold, block_variants, plan, survey
 from loopcheck.fuzz.directed import draw_workloads
 from loopcheck.fuzz.strategies import workloads
@@ -43,6 +47,7 @@ from loopcheck.model.events import Admit, Arrive, Finish, Preempt, Prefill, Resu
 from loopcheck.model.reference import step
 from loopcheck.model.state import initial_state
 from loopcheck.model.workload import Workload, load_workload, save_workload
+from loopcheck.sut.model_sut import ModelSUT
 from tests.helpers import five_requests, req, workload
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -121,6 +126,29 @@ def aborted_b() -> Workload:
     arrival order; the cache of prefix pages sees the order)."""
     w = small_b()
     return Workload(w.config, (replace(w.requests[0], abort_at=4), replace(w.requests[1], abort_at=4), w.requests[2]))
+
+
+@pytest.mark.parametrize("make, spread, figures", [
+    (small_b, 1, (330, 452)),   # (derived apart, by brute force: test_pinned_state_counts)
+    (aborted_b, 2, (351, 378)),
+    (lambda: load_workload(EXAMPLES / "livelock_min.json").with_config(preemption_policy="guarded"), 1, (323, 323))])
+def test_the_scoped_explorer_on_the_model_covers_the_model_explorers_states(make, spread, figures) -> None:
+    """One exploration, two ways: the model as a system through the protocol,
+    explored as a workload scope (its variants the units, its stop tokens chosen
+    by the explorer: `stop_choices`, every check judging every transition), meets
+    exactly the states and edges of the model explorer's family, unreduced: its
+    states and drained states are the family's states, its distinct edges and a
+    self-loop on each drained state the family's transitions; in either check mode."""
+    w = make()
+    family = explore(w, spread=spread, reduce=False)
+    assert (family.states, family.transitions) == figures
+    units = make_plan(ModelSUT, workload_scope(w, "family", spread), capabilities_of(ModelSUT, w.config))
+    for mode in ("property", "lockstep"):
+        tally = explore_units(ModelSUT, units, list(range(len(units.units))), CheckSet(mode), Limits(),
+                              keep_going=True).tally
+        assert tally.complete and tally.units == family_size(w, spread)
+        assert (tally.states + tally.drained_states, tally.edges + tally.drained_states) == figures
+        assert tally.drained_states == sum(family.drained)
 
 
 @pytest.mark.parametrize("make, spread", [(small_b, 1), (five_requests, 1), (aborted_b, 2),

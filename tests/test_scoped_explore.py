@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from loopcheck.adapters.loader import load_factory
+from loopcheck.adapters.loader import capabilities_of, load_factory
 from loopcheck.cli import main
+from loopcheck.driver.driver import Driver, run_workload
 from loopcheck.explorer.certificate import adapter_sha256
 from loopcheck.explorer.scope import PRESETS, load_scope, scope_from_json
-from loopcheck.model.workload import load_workload
+from loopcheck.model.config import Config
+from loopcheck.model.errors import WorkloadError
+from loopcheck.model.workload import Workload, load_workload
+from loopcheck.sut.model_sut import ModelSUT
 
 ROOT = Path(__file__).parent.parent
 TOY = "tests/toy_scheduler.py"
@@ -75,10 +80,12 @@ def tally_without_time(out: Path) -> dict:
     return {k: v for k, v in cert.items() if k not in ("seconds", "covered")}
 
 
-def test_parts_combined_are_the_single_run(tmp_path: Path) -> None:
-    assert explore(tmp_path / "one", MINISCHED) == 0
-    for k in (1, 2, 3):
-        assert explore(tmp_path / f"p{k}", MINISCHED, "--part", f"{k}/3") == 1   # (a part is not a certificate)
+@pytest.mark.parametrize("scope, flags", [("tiny", ()), ("examples/livelock_min.json", ("--spread", "1"))])
+def test_parts_combined_are_the_single_run(scope: str, flags: tuple[str, ...], tmp_path: Path) -> None:
+    """A preset, and a workload as a scope (its variants the units)."""
+    assert explore(tmp_path / "one", MINISCHED, *flags, scope=scope) == 0
+    for k in (1, 2, 3):   # (a part is not a certificate)
+        assert explore(tmp_path / f"p{k}", MINISCHED, "--part", f"{k}/3", *flags, scope=scope) == 1
     parts = [str(tmp_path / f"p{k}" / "certificate.json") for k in (3, 1, 2)]
     assert main(["combine", *parts, "--out", str(tmp_path / "all")]) == 0
     single, combined = tally_without_time(tmp_path / "one"), tally_without_time(tmp_path / "all")
@@ -86,9 +93,53 @@ def test_parts_combined_are_the_single_run(tmp_path: Path) -> None:
     assert combined == single
     assert certificate(tmp_path / "all")["covered"] == [1, 2, 3]
     assert main(["combine", parts[0], parts[0], "--out", str(tmp_path / "twice")]) == 2
-    assert explore(tmp_path / "w", MINISCHED, "--workers", "2") == 0
+    assert explore(tmp_path / "w", MINISCHED, "--workers", "2", *flags, scope=scope) == 0
     workers = tally_without_time(tmp_path / "w")
     assert workers.pop("parts") == 2 and workers == single
+
+
+def test_a_workload_as_a_scope_explores_each_variant_of_it(tmp_path: Path, capsys) -> None:
+    """A workload file as the scope: one unit, and one workload, per variant
+    (arrivals shifted by 0..spread); on the model, the unguarded livelock is
+    found, its counterexample replays; a workload the scope names with --spread
+    and a scope file with a workload in it are one scope."""
+    assert explore(tmp_path / "m", MINISCHED, "--spread", "1", scope="examples/livelock_min.json") == 0
+    tally = certificate(tmp_path / "m")["tally"]
+    assert tally["units"] == tally["workloads"] == 2 ** 3 and tally["drained_states"] > 0
+    assert explore(tmp_path / "model", "model", "--spread", "1", scope="examples/livelock_min.json") == 1
+    (finding,) = certificate(tmp_path / "model")["findings"]
+    assert finding["property"] == "livelock"
+    capsys.readouterr()
+    assert main(finding["replay"].split()[1:]) == 1
+    assert "REPRODUCED livelock" in capsys.readouterr().out
+    saved = certificate(tmp_path / "m")["scope"]
+    assert saved["spread"] == 1 and saved["workload"] == load_workload(ROOT / "examples/livelock_min.json").to_json()
+    (tmp_path / "scope.json").write_text(json.dumps(saved))
+    assert explore(tmp_path / "again", MINISCHED, scope=str(tmp_path / "scope.json")) == 0
+    assert certificate(tmp_path / "again")["tally"] == tally
+
+
+def test_stop_choices_are_written_so_that_the_run_replays(tmp_path: Path) -> None:
+    """A run whose stop tokens the explorer chose (`stop_with`) is written with
+    each request's tokens scripted: its replay gives the same trace. A system
+    that does not let the explorer choose refuses the choice (bad input)."""
+    w = load_workload(ROOT / "examples" / "livelock_min.json").with_config(preemption_policy="guarded")
+    w = Workload(w.config, tuple(replace(r, stop_token=7) for r in w.requests))
+    d = Driver(ModelSUT, w.config)
+    for t in range(60):
+        for r in w.requests:
+            if r.arrival == t:
+                d.add(r)
+        d.stop_with(frozenset(r.rid for r in w.requests if t % 3 == 0))
+        d.step()
+    stopped = {rid for rid, out in d.obs.outputs.items() if out.finish_reason == "stop"}
+    assert stopped and all(s.script_tokens for s in d.workload().requests if s.rid in d.obs.outputs)
+    again = run_workload(d.workload(), ModelSUT, max_steps=60)   # (to its drain; the run above stepped on, idle)
+    assert again.drained and again.driver.trace == d.trace[:len(again.driver.trace)]
+    assert not any(d.trace[len(again.driver.trace):]) and again.observation.outputs == d.obs.outputs
+    with pytest.raises(WorkloadError, match="stop_choices"):
+        factory = load_factory(MINISCHED)
+        Driver(factory, Config(**{**Config().to_json(), **capabilities_of(factory).pinned})).stop_with(frozenset())
 
 
 def test_a_too_coarse_state_key_is_caught_by_check_key(tmp_path: Path, capsys) -> None:
@@ -114,7 +165,8 @@ def test_the_shortest_finding_is_chosen_over_all_configs(tmp_path: Path) -> None
     (["--scope", "tiny", "examples/livelock.json"], "not both"),
     (["examples/livelock.json", "--adapter", "model"], "needs --scope"),
     (["--adapter", "model"], "give a workload JSON"),
-    (["--scope", "tiny", "--spread", "2"], "--spread explores the model on a workload"),
+    (["--scope", "tiny", "--spread", "2"], "--spread shifts a workload's arrivals: with --scope naming a workload"),
+    (["--scope", "examples/livelock.json", "--spread", "4"], "more than 100000: make it smaller"),
     (["--scope", "tiny", "--part", "3/2"], "--part: expected K/N"),
     (["--scope", "tiny", "--part", "1/2", "--workers", "2"], "leave out --workers"),
     (["--scope", "tiny", "--max-seconds", "0"], "--max-seconds a number > 0"),

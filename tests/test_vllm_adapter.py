@@ -9,6 +9,7 @@ tests are skipped with that reason, visibly."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -202,3 +203,18 @@ def test_a_page_registered_for_work_taken_back_and_dropped_in_the_same_step_is_a
     cached = run_workload(load_workload(Path("examples/vllm/uncomputed_prefix_hit.json")), factory(),
                           [c for c in checks_for("property") if not isinstance(c, CachedPages)])
     assert [(t, regs) for t, regs in enumerate(cached.driver.uncomputed_registrations) if regs] == [(5, (True,))]
+
+
+def test_the_priority_inversion_workload_explored_as_a_scope(tmp_path, capsys) -> None:
+    """The shipped priority inversion's workload as a scope (docs/exploring.md, "A
+    workload as a scope"): its 8 variants at spread 1 on vLLM, with the inversion
+    found, and its file replaying it."""
+    out = tmp_path / "explored"
+    assert main(["explore", "--adapter", "vllm", "--scope", str(EXAMPLES / "priority_inversion.json"),
+                 "--spread", "1", "--keep-going", "--out", str(out)]) == 1
+    certificate = json.loads((out / "certificate.json").read_text())
+    assert certificate["tally"]["units"] == 8 and certificate["tally"]["complete"]
+    assert [f["property"] for f in certificate["findings"]] == ["priority-inversion"]
+    capsys.readouterr()
+    assert main(certificate["findings"][0]["replay"].split()[1:]) == 1
+    assert "REPRODUCED priority-inversion" in capsys.readouterr().out
