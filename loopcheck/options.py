@@ -1,11 +1,14 @@
-"""Flags shared by several commands: which system to drive and which checks to run."""
+"""Flags shared by several commands: which system to drive, which checks to run,
+where proof results are kept."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from loopcheck.adapters.loader import SHIPPED, load_factory
 from loopcheck.checks.suite import MODES, CheckSet, default_mode
+from loopcheck.proofs.cache import ProofCache, default_dir
 from loopcheck.sut.protocol import SutFactory
 
 
@@ -36,3 +39,17 @@ def check_set_of(args: argparse.Namespace, semantics: str | None) -> CheckSet:
     """The checks `--check` and `--ignore` select (WorkloadError: an unknown property)."""
     ignore = frozenset(filter(None, (p.strip() for given in args.ignore for p in given.split(","))))
     return CheckSet(args.check or default_mode(semantics), ignore)
+
+
+def add_proof_cache(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache", metavar="DIR",
+                   help=f"keep each obligation's result here, keyed by what it depends on, and read it back while "
+                        f"that is unchanged (default {default_dir()}; docs/bounds.md)")
+    p.add_argument("--no-cache", action="store_true", help="compute every obligation, keeping nothing")
+
+
+def proof_cache_of(args: argparse.Namespace) -> ProofCache | None:
+    """The proof cache --cache and --no-cache select (None: none)."""
+    if args.no_cache:
+        return None
+    return ProofCache(Path(args.cache) if args.cache else default_dir())

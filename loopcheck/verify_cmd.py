@@ -24,7 +24,8 @@ from loopcheck.explorer.survey import survey
 from loopcheck.fuzz.campaign import main_progress, run_campaign
 from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.model.workload import load_workload
-from loopcheck.options import add_adapter
+from loopcheck.options import add_adapter, add_proof_cache, proof_cache_of
+from loopcheck.proofs.cache import ProofCache
 from loopcheck.proofs.obligations import ProofPlan, run_all
 from loopcheck.report import banner, checks_not_run, not_run_line, table
 from loopcheck.scoped_cmd import explore_part
@@ -44,22 +45,24 @@ def register(p: argparse.ArgumentParser) -> None:
                         "verdict whatever the machine's load)")
     p.add_argument("--seed", type=int, help="fuzz seed (default: fresh, printed)")
     p.add_argument("--out", help="folder for counterexamples (default: a temporary folder)")
+    add_proof_cache(p)
     add_adapter(p, "torch")
 
 
 Row = list[object]
 
 
-def prove_rows() -> list[Row]:
+def prove_rows(cache: ProofCache | None) -> list[Row]:
     """`loopcheck prove`'s obligations with the drain rows of the guarded policy
     only (the policy verify vouches for; prove itself also has the unguarded
-    refutations and no preemption)."""
+    refutations and no preemption); those read from `cache` say so."""
     base = load_workload(shipped_example("livelock.json")).config
     rows: list[Row] = []
     for result, _ in run_all(ProofPlan(base, 3, 6, 6, policies=("guarded",)),
-                             lambda label: main_progress(f"  prove {label}")):
+                             lambda label: main_progress(f"  prove {label}"), cache=cache):
         rows.append([f"{result.name} ({result.policy})", "prove", result.status,
-                     "ok" if result.as_expected else "FAIL", f"{result.seconds:.2f}"])
+                     "ok" if result.as_expected else "FAIL",
+                     f"{result.seconds:.2f} (cached)" if result.cached else f"{result.seconds:.2f}"])
     return rows
 
 
@@ -170,11 +173,13 @@ def run(args: argparse.Namespace) -> int:
     argv = ["verify", "--fuzz-seconds", f"{args.fuzz_seconds:g}", "--seed", str(seed_value), "--adapter", args.adapter]
     argv += ["--max-examples", str(args.max_examples)] if args.max_examples is not None else []
     argv += ["--out", args.out] if args.out else []
+    argv += ["--no-cache"] if args.no_cache else ["--cache", args.cache] if args.cache else []
     banner(seed_value, argv)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="loopcheck-verify-"))
     not_run = ""
     if args.adapter == "torch":
-        rows = prove_rows() + explore_rows() + fuzz_rows(args.fuzz_seconds, seed_value, out, args.max_examples)
+        rows = (prove_rows(proof_cache_of(args)) + explore_rows()
+                + fuzz_rows(args.fuzz_seconds, seed_value, out, args.max_examples))
     else:
         rows, not_run = adapter_rows(args.adapter, args.fuzz_seconds, seed_value, out, args.max_examples)
     print(table(["obligation", "tool", "result", "", "seconds"], rows))

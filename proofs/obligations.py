@@ -8,7 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
@@ -16,6 +16,7 @@ from loopcheck.model.config import Config
 from loopcheck.model.workload import Workload
 from loopcheck.proofs.binding import bind
 from loopcheck.proofs.bmc import modes_of
+from loopcheck.proofs.cache import ProofCache, obligation_key
 from loopcheck.proofs.drain import DETERMINISTIC_MODES, MODES, across_modes, drain, preemption_pairs
 from loopcheck.proofs.lasso import lasso_search
 from loopcheck.proofs.obligations_kv import admission_atomic, futility, kv_conservation, preflight_soundness
@@ -121,33 +122,49 @@ def demote(results: list[ProofResult]) -> list[ProofResult]:
     return results
 
 
-def run_all(plan: ProofPlan, progress: Callable[[str], None] | None = None,
-            workers: int | None = None) -> list[tuple[ProofResult, Workload | None]]:
-    """Every obligation of the plan, in list order, on `workers` processes
-    (default: up to two, the cores CI has); `progress` hears each one as it
-    finishes."""
-    labels = [label for label, _ in obligations(plan)]
-    jobs = workers or min(2, os.cpu_count() or 1)
-    context = multiprocessing.get_context("fork") if jobs > 1 else None
+def run_all(plan: ProofPlan, progress: Callable[[str], None] | None = None, workers: int | None = None,
+            cache: ProofCache | None = None, only: Collection[str] = ()) -> list[tuple[ProofResult, Workload | None]]:
+    """Every obligation of the plan (or those whose label starts with one of
+    `only`), in list order, on `workers` processes (default: the machine's
+    cores, at most one per obligation); those `cache` holds for what they
+    depend on are read from it (`ProofResult.cached`), the others computed and
+    kept there. `progress` hears each one as it finishes."""
+    labelled = [(n, label, thunk) for n, (label, thunk) in enumerate(obligations(plan))
+                if not only or any(label.startswith(prefix) for prefix in only)]
+    keys = {n: obligation_key(label, plan, thunk) for n, label, thunk in labelled} if cache else {}
     out: dict[int, tuple[ProofResult, Workload | None]] = {}
-    if context is None:
-        for n, label in enumerate(labels):
-            out[n] = _discharge(plan, n)
+    for n, label, _ in labelled:
+        kept = cache.get(keys[n]) if cache else None
+        if kept is not None:
+            out[n] = kept
             if progress:
-                progress(f"{label}: {out[n][0].status}")
+                progress(f"{label}: {kept[0].status} (cached)")
+    todo = [(n, label) for n, label, _ in labelled if n not in out]
+    jobs = min(workers or os.cpu_count() or 1, max(len(todo), 1))
+    context = multiprocessing.get_context("fork") if jobs > 1 else None
+
+    def finished(n: int, label: str, found: tuple[ProofResult, Workload | None]) -> None:
+        out[n] = found
+        if cache:
+            cache.put(keys[n], *found)
+        if progress:
+            progress(f"{label}: {found[0].status} ({found[0].seconds:.1f}s)")
+
+    if context is None:
+        for n, label in todo:
+            finished(n, label, _discharge(plan, n))
     else:
         with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-            pending = {pool.submit(_discharge, plan, n): n for n in range(len(labels))}
+            pending = {pool.submit(_discharge, plan, n): (n, label) for n, label in todo}
             try:
                 for done in as_completed(pending):
-                    n = pending[done]
-                    out[n] = done.result()
-                    if progress:
-                        progress(f"{labels[n]}: {out[n][0].status} ({out[n][0].seconds:.1f}s)")
-            except BaseException:
+                    finished(*pending[done], done.result())
+            except BaseException:   # (Ctrl-C, SIGTERM: the workers are inside z3, which no signal interrupts)
+                for process in list(getattr(pool, "_processes", {}).values()):
+                    process.kill()
                 pool.shutdown(wait=False, cancel_futures=True)
                 raise
-    ordered = [out[n] for n in range(len(labels))]
+    ordered = [out[n] for n, _, _ in labelled]
     demote([r for r, _ in ordered])
     return ordered
 

@@ -22,6 +22,7 @@ class ProofResult:
     expected: str
     detail: str = ""
     counterexample: dict[str, Any] | None = field(default=None, repr=False)
+    cached: bool = False   # read from the proof cache (proofs/cache.py), not computed in this run
 
     @property
     def as_expected(self) -> bool:
@@ -30,7 +31,7 @@ class ProofResult:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "policy": self.policy, "status": self.status,
                 "expected": self.expected, "seconds": round(self.seconds, 3),
-                "detail": self.detail}
+                "detail": self.detail, "cached": self.cached}
 
 
 def check_claim(name: str, policy: str, expected: str, assumptions: list[z3.BoolRef],
