@@ -131,7 +131,8 @@ def run_all(plan: ProofPlan, progress: Callable[[str], None] | None = None, work
     kept there. `progress` hears each one as it finishes."""
     labelled = [(n, label, thunk) for n, (label, thunk) in enumerate(obligations(plan))
                 if not only or any(label.startswith(prefix) for prefix in only)]
-    keys = {n: obligation_key(label, plan, thunk) for n, label, thunk in labelled} if cache else {}
+    scope = replace(plan, policies=())   # (the policies choose which obligations there are, not what one holds)
+    keys = {n: obligation_key(label, scope, thunk) for n, label, thunk in labelled} if cache else {}
     out: dict[int, tuple[ProofResult, Workload | None]] = {}
     for n, label, _ in labelled:
         kept = cache.get(keys[n]) if cache else None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from loopcheck.cli import main
@@ -91,14 +90,14 @@ def test_max_seconds_ends_a_long_run_incomplete(capsys) -> None:
 def test_max_seconds_cuts_a_step_or_a_build_that_never_ends(capsys) -> None:
     """--max-seconds ends the run inside a call into the system: a step that spins
     (long before the 10 s hang timeout) or a build that never ends is cut at the
-    bound, INCOMPLETE, exit 1, not a hang; simulate and replay alike."""
+    bound, INCOMPLETE, exit 1, not a hang; simulate and replay alike. (Neither
+    would end otherwise: wall times are measured in docs/files.md, not here.)"""
     broken = Path(__file__).parent / "broken_adapters.py"
     for adapter, steps in ((f"{broken}:Spins", 0), (f"{broken}:BuildsForever", 0)):
         for command in (["simulate", "--json"], ["replay", "--json"]):
-            start = time.monotonic()
             assert main([*command, EXAMPLE, "--adapter", adapter, "--max-seconds", "0.5"]) == 1
             data = json.loads(capsys.readouterr().out)
-            assert time.monotonic() - start < 5 and data["steps"] == steps and data["incomplete"], (command, data)
+            assert data["steps"] == steps and data["incomplete"], (command, data)   # (else it would never end)
             assert data.get("hang") is None and data.get("violation") is None
 
 

@@ -8,7 +8,6 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -521,15 +520,13 @@ def test_state_cap_is_reported_loudly(capsys, tmp_path) -> None:
 def test_max_seconds_ends_a_huge_exploration_incomplete(workers, capsys, tmp_path) -> None:
     """A workload of 1,500 requests (2^1500 variants with --spread 1) is cut at
     --max-seconds, in the head and tail of a variant as much as between them:
-    INCOMPLETE, naming the time cap, exit 1, within the bound and a few seconds."""
+    INCOMPLETE, naming the time cap, exit 1 (wall times: docs/files.md)."""
     w = load_workload(EXAMPLES / "livelock_min.json")
     many = Workload(replace(w.config, num_blocks=4000, max_num_seqs=64),
                     tuple(replace(w.requests[0], rid=f"q{i}", arrival=i % 50) for i in range(1500)))
     save_workload(many, tmp_path / "many.json")
-    start = time.monotonic()
     assert main(["explore", str(tmp_path / "many.json"), "--spread", "1", "--max-states", "10000000",
                  "--max-seconds", "1", "--workers", str(workers)]) == 1
-    assert time.monotonic() - start < 6
     assert "INCOMPLETE: the time cap of 1 s cut exploration short; no verdict." in capsys.readouterr().out
     assert main(["explore", str(tmp_path / "many.json"), "--max-seconds", "0"]) == 2
 
