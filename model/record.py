@@ -5,12 +5,13 @@ by field when the file is loaded.
 Every field is optional (a proof's lasso has no message, an older file no
 signature); a field present has its type and range, and agrees with the rest of
 the file: the trace's events are of known kinds with their fields, about the
-file's requests; the step and the cycle lie within the trace. Other keys are
+file's requests, none before its request arrives; the step and the cycle lie
+within the trace. Other keys are
 kept as they are (files from a later release may add some)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
 from typing import Any
 
 from loopcheck.model.errors import WorkloadError
@@ -19,14 +20,14 @@ from loopcheck.model.events import BY_KIND
 TEXT_FIELDS = ("property", "signature", "message", "source")
 
 
-def check_record(extra: dict[str, Any], rids: Collection[str]) -> None:
+def check_record(extra: dict[str, Any], arrivals: Mapping[str, int]) -> None:
     """Raise WorkloadError naming the first field of `extra` (a counterexample
     file's keys beside schema, config and requests) that is malformed or
-    inconsistent with the file's requests `rids`."""
+    inconsistent with the file's requests (`arrivals`: each one's arrival step)."""
     for name in TEXT_FIELDS:
         if name in extra and not (isinstance(extra[name], str) and extra[name]):
             raise WorkloadError(f"{name}: must be a non-empty string, got {extra[name]!r}")
-    steps = _trace_length(extra["trace"], rids) if "trace" in extra else None
+    steps = _trace_length(extra["trace"], arrivals) if "trace" in extra else None
     step = extra.get("step")
     if step is not None:
         if not _is_int(step) or step < 0:
@@ -41,9 +42,10 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _trace_length(trace: Any, rids: Collection[str]) -> int:
+def _trace_length(trace: Any, arrivals: Mapping[str, int]) -> int:
     """The steps of a valid trace: a list of steps, each a list of events
-    `[kind, rid, field...]` of a known kind about a request of the file."""
+    `[kind, rid, field...]` of a known kind about a request of the file that
+    has arrived by that step."""
     if not isinstance(trace, list):
         raise WorkloadError(f"trace: must be a list of steps, got {type(trace).__name__}")
     for t, events in enumerate(trace):
@@ -57,8 +59,11 @@ def _trace_length(trace: Any, rids: Collection[str]) -> int:
             cls = BY_KIND.get(kind) if isinstance(kind, str) else None
             if cls is None:
                 raise WorkloadError(f"{where}: unknown event kind {kind!r} (known: {', '.join(BY_KIND)})")
-            if not isinstance(rid, str) or rid not in rids:
+            if not isinstance(rid, str) or rid not in arrivals:
                 raise WorkloadError(f"{where}: request {rid!r} is not one of the file's requests")
+            if arrivals[rid] > t:
+                raise WorkloadError(f"{where}: {kind} of request {rid!r} at step {t}, before it arrives "
+                                    f"(step {arrivals[rid]})")
             if len(values) != len(cls.names):
                 raise WorkloadError(f"{where}: {kind} carries {len(cls.names)} fields "
                                     f"({', '.join(cls.names) or 'none'}), got {len(values)}")

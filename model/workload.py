@@ -283,7 +283,7 @@ def workload_from_json(data: Any) -> Workload:
     config = Config.from_json(data["config"])
     requests = tuple(request_from_json(r, i, config) for i, r in enumerate(data["requests"]))
     extra = {k: v for k, v in data.items() if k not in ("schema", "config", "requests")}
-    check_record(extra, {r.rid for r in requests})
+    check_record(extra, {r.rid: r.arrival for r in requests})
     return Workload(config, requests, extra)
 
 

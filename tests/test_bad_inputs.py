@@ -15,6 +15,7 @@ from loopcheck.cli import main
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "livelock_min.json"
 GOOD = json.loads(EXAMPLE.read_text())
+LATE = max(GOOD["requests"], key=lambda r: r.get("arrival", 0))   # (a request that arrives after step 0)
 
 
 def doc(config: dict | None = None, request: dict | None = None, **top) -> str:
@@ -60,6 +61,7 @@ FILES = {  # name -> (file text or bytes, words the error line must contain)
     "trace-stranger": (doc(trace=[[["arrive", "nobody"]]]), "request 'nobody' is not one of"),
     "trace-rid-list": (doc(trace=[[["arrive", []]]]), "request [] is not one of"),
     "trace-arity": (doc(trace=[[["admit", GOOD["requests"][0]["id"]]]]), "admit carries 1 fields"),
+    "trace-before-arrival": (doc(trace=[[["arrive", LATE["id"]]]]), f"before it arrives (step {LATE['arrival']})"),
     "property-number": (doc(property=7), "property: must be a non-empty string"),
 }
 COMMANDS = (["simulate"], ["simulate", "--adapter", "torch"], ["replay"], ["explore"])
