@@ -19,6 +19,7 @@ from pathlib import Path
 
 from loopcheck.checks.suite import CheckSet
 from loopcheck.explorer.certificate import certificate_from_json
+from loopcheck.explorer.scope import PRESETS
 from loopcheck.explorer.scoped import Limits
 from loopcheck.explorer.survey import survey
 from loopcheck.fuzz.campaign import main_progress, run_campaign
@@ -147,8 +148,8 @@ def scope_row(adapter: str, out: Path) -> Row:
     """Every workload of the tiny scope explored on the system with its property
     checks: a certificate, or the shortest finding."""
     main_progress(f"  explore {adapter}: every workload of the tiny scope ...")
-    cert = certificate_from_json(explore_part((adapter, "tiny", CheckSet("property"), False, Limits(), (1, 1),
-                                               out / "explore-tiny", "")), "verify")
+    cert = certificate_from_json(explore_part((adapter, PRESETS["tiny"], CheckSet("property"), False, Limits(),
+                                               (1, 1), out / "explore-tiny", "")), "verify")
     t = cert.tally
     if cert.findings:
         (f,) = cert.findings
