@@ -20,7 +20,6 @@ recomputed. An `unknown` result is never stored, and never reused if found.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import inspect
 import json
@@ -63,7 +62,6 @@ def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
             yield from _codes(const)
 
 
-@functools.cache
 def source_of(obj: object) -> str:
     """The text a dependency is hashed by: a function's or class's source (a
     function without one, such as a dataclass's generated `__init__`: its
