@@ -43,8 +43,9 @@ def check_set_of(args: argparse.Namespace, semantics: str | None) -> CheckSet:
 
 def add_proof_cache(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", metavar="DIR",
-                   help=f"keep each obligation's result here, keyed by what it depends on, and read it back while "
-                        f"that is unchanged (default {default_dir()}; docs/bounds.md)")
+                   help="keep each obligation's result here, keyed by what it depends on, and read it back while "
+                        "that is unchanged (default $XDG_CACHE_HOME/loopcheck/proofs, else "
+                        "~/.cache/loopcheck/proofs; docs/bounds.md)")
     p.add_argument("--no-cache", action="store_true", help="compute every obligation, keeping nothing")
 
 

@@ -61,14 +61,14 @@ def _trace_length(trace: Any, arrivals: Mapping[str, int]) -> int:
                 raise WorkloadError(f"{where}: unknown event kind {kind!r} (known: {', '.join(BY_KIND)})")
             if not isinstance(rid, str) or rid not in arrivals:
                 raise WorkloadError(f"{where}: request {rid!r} is not one of the file's requests")
-            if arrivals[rid] > t:
-                raise WorkloadError(f"{where}: {kind} of request {rid!r} at step {t}, before it arrives "
-                                    f"(step {arrivals[rid]})")
             if len(values) != len(cls.names):
                 raise WorkloadError(f"{where}: {kind} carries {len(cls.names)} fields "
                                     f"({', '.join(cls.names) or 'none'}), got {len(values)}")
             if any(isinstance(v, (dict, list)) for v in values):
                 raise WorkloadError(f"{where}: {kind}'s fields are numbers, strings, booleans or null")
+            if arrivals[rid] > t:
+                raise WorkloadError(f"{where}: {kind} of request {rid!r} at step {t}, before it arrives "
+                                    f"(step {arrivals[rid]})")
     return len(trace)
 
 
