@@ -89,21 +89,29 @@ def watchdog(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, handler)
 
 
+def _timer(deadline: Deadline | None, seconds: float | None) -> tuple[float | None, bool]:
+    """What `watchdog` times for a call that may run `seconds` (None: any time)
+    within `deadline`: those seconds, or what is left of the deadline where
+    that is sooner; and whether it is the deadline's. OutOfTime if the deadline
+    has passed already."""
+    left = deadline.left() if deadline is not None else None
+    if left is not None and left <= 0:
+        raise OutOfTime
+    if left is not None and (seconds is None or left < seconds):
+        return left, True
+    return seconds, False
+
+
 def within(deadline: Deadline | None, fn: Callable[[], T]) -> T:
     """fn(), cut short once `deadline` passes (OutOfTime; see `watchdog` for
     what can be cut): for work outside a driver's calls, such as building a
     system to read its capabilities."""
-    left = deadline.left() if deadline is not None else None
-    if left is None:
-        return fn()
-    if left <= 0:
-        deadline.expire()
+    seconds, _ = _timer(deadline, None)
     try:
-        with watchdog(left):
+        with watchdog(seconds):
             return fn()
-    except Overran:
-        deadline.expire()
-        raise   # (expire raises OutOfTime)
+    except Overran:   # (only the deadline's timer runs here)
+        raise OutOfTime from None
 
 
 def _stopped_at(exc: BaseException, own: tuple[str, ...]) -> tuple[Frame | None, str]:
@@ -436,13 +444,9 @@ class Driver:
         """Call into the SUT; any exception it raises is a crash violation, and,
         `watched`, a call that runs past CALL_TIMEOUT seconds a hang; one still
         running when the run's deadline passes is cut short (OutOfTime)."""
-        left = self.deadline.left() if self.deadline is not None else None
-        if left is not None and left <= 0:
-            self.deadline.expire()
-        timer = CALL_TIMEOUT if watched else None
-        by_deadline = left is not None and (timer is None or left < timer)
+        seconds, by_deadline = _timer(self.deadline, CALL_TIMEOUT if watched else None)
         try:
-            with watchdog(left if by_deadline else timer), self.coverage or nullcontext():
+            with watchdog(seconds), self.coverage or nullcontext():
                 return fn()
         except (ProtocolError, WorkloadError, Violation, RunEnded):
             raise
@@ -450,7 +454,7 @@ class Driver:
             raise ProtocolError("event fields", str(err)) from None
         except Overran as stopped:
             if by_deadline:
-                self.deadline.expire()
+                raise OutOfTime from None
             self._fail(hang(verb, stopped, self.own), self.t)   # inputs of, or the run of, step t
         except Exception as exc:  # noqa: BLE001 - any exception inside the SUT is a finding
             self._fail(crash(verb, exc, self.own), self.t)

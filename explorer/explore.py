@@ -35,7 +35,6 @@ import functools
 import gc
 import itertools
 import resource
-import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -47,6 +46,7 @@ from loopcheck.model.events import Event, TokenOutcome
 from loopcheck.model.reference import step
 from loopcheck.model.state import FINISHED, ReqState, SchedState, initial_state
 from loopcheck.model.workload import RequestSpec, Workload
+from loopcheck.runctl.stop import Deadline
 
 CAPS_CHECK_EVERY = 256   # states between checks of the memory and time caps
 PROGRESS_EVERY = 64   # states between calls of the progress callback (which decides by the clock whether to print)
@@ -372,17 +372,17 @@ def root_of(w: Workload, reduce: bool) -> SchedState:
 @dataclass(frozen=True)
 class Caps:
     """Where exploration stops with an INCOMPLETE verdict: states in all, the
-    process's peak memory (MiB) and a deadline (`time.monotonic()`, the same
-    clock in every process of the machine); None: no limit."""
+    process's peak memory (MiB) and a deadline (a survey's worker processes
+    share it); None: no limit."""
 
     max_states: int = 200_000
     max_memory_mb: float | None = None
-    deadline: float | None = None
+    deadline: Deadline | None = None
 
     def passed(self) -> bool:
         """Whether the memory or the time cap has been passed."""
         return ((self.max_memory_mb is not None and peak_memory_mb() > self.max_memory_mb)
-                or (self.deadline is not None and time.monotonic() > self.deadline))
+                or (self.deadline is not None and self.deadline.over()))
 
 
 def peak_memory_mb(children: bool = False) -> float:
@@ -557,7 +557,7 @@ def explore_variant(v: int, w: Workload, reduce: bool, caps: Caps, graph: Future
 
 def explore(workload: Workload, max_states: int = 200_000, spread: int = 0, reduce: bool = True,
             max_memory_mb: float | None = None, progress: Callable[[int, int], None] | None = None,
-            merge: bool = False, deadline: float | None = None) -> Exploration:
+            merge: bool = False, deadline: Deadline | None = None) -> Exploration:
     """Every reachable state of every variant, each variant explored
     breadth-first in turn. Stops with complete=False past `max_states` states in
     all, the memory cap or `deadline` (`Caps`); `progress(states, queue)` is

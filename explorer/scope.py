@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from loopcheck.explorer.explore import family_size
 from loopcheck.model.config import Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import SCHEMA as WORKLOAD_SCHEMA
@@ -97,6 +98,9 @@ class Scope:
         return {"schema": SCHEMA, **data}
 
 
+WORKLOAD_MAX_STEPS = 500   # a workload scope's steps, by default (as `loopcheck simulate`'s)
+
+
 @dataclass(frozen=True)
 class WorkloadScope:
     """A given workload as a scope: its variants (every request's arrival and
@@ -107,7 +111,7 @@ class WorkloadScope:
     name: str
     workload: Workload
     spread: int = 0
-    max_steps: int = 500
+    max_steps: int = WORKLOAD_MAX_STEPS
 
     def config_list(self, pinned: dict[str, Any]) -> list[Config]:
         """The workload's config, the system's pinned fields applied."""
@@ -121,11 +125,12 @@ class WorkloadScope:
 MAX_SPREAD = 16   # a workload scope's arrival shifts: at most
 
 
-def workload_scope(workload: Workload, name: str, spread: int, max_steps: int = 500) -> WorkloadScope:
+def workload_scope(workload: Workload, name: str, spread: int, max_steps: int = WORKLOAD_MAX_STEPS
+                   ) -> WorkloadScope:
     """A workload scope, its size checked (WorkloadError naming the field)."""
     _int("scope.spread", spread, 0, MAX_SPREAD)
-    _int("scope.max_steps", max_steps, 1, 10_000)
-    variants = (spread + 1) ** len(workload.requests)
+    _int("scope.max_steps", max_steps, *_INT_FIELDS["max_steps"])
+    variants = family_size(workload, spread)
     if variants > MAX_UNITS:
         raise WorkloadError(f"scope: {variants} variants of the workload ({len(workload.requests)} requests, spread "
                             f"{spread}), more than {MAX_UNITS}: make it smaller")
@@ -163,7 +168,7 @@ def scope_from_json(data: Any, name: str) -> Scope | WorkloadScope:
             workload = workload_from_json(data["workload"])
         except WorkloadError as exc:
             raise WorkloadError(f"scope.workload: {exc}") from None
-        return workload_scope(workload, name, data.get("spread", 0), data.get("max_steps", 500))
+        return workload_scope(workload, name, data.get("spread", 0), data.get("max_steps", WORKLOAD_MAX_STEPS))
     check_keys("scope", data, {f.name for f in fields(Scope)} | {"schema"}, ("configs", "prompts", "max_tokens"),
                "scope")
     configs = data["configs"]

@@ -348,8 +348,7 @@ class Limits:
     max_depth: int | None = None   # explore no transition past this step (set once a finding bounds the search)
 
     def out_of_time(self) -> bool:
-        left = self.deadline.left() if self.deadline is not None else None
-        return left is not None and left <= 0
+        return self.deadline is not None and self.deadline.over()
 
 
 class UnitSearch:
@@ -413,9 +412,10 @@ class UnitSearch:
         on a system that lets the explorer choose stop tokens, with every
         choice of which requests with a stop token are given it."""
         if self.given:
-            arrivals, aborted, _ = self.later(d.t)
+            fixed = self.later(d.t)
             if not self.plan.capabilities.stop_choices:
-                return [self.later(d.t)]
+                return [fixed]
+            arrivals, aborted, _ = fixed
             arriving = [self.shapes[s].spec("") for s in arrivals]
             watched = sorted(r.rid for r in [*d.specs, *arriving] if r.stop_token is not None
                              and (r.rid not in d.view.requests or d.view.requests[r.rid].finish is None))
@@ -431,11 +431,8 @@ class UnitSearch:
         return [(a, x, None) for x in aborts for a in arrivals]
 
     def later(self, t: int) -> Inputs:
-        """The inputs the unit fixes before step t (none past its script: in a
-        workload scope on a system with stop choices, no stop token given)."""
-        if t < len(self.script):
-            return self.script[t]
-        return NO_INPUTS
+        """The inputs the unit fixes before step t (none past its script)."""
+        return self.script[t] if t < len(self.script) else NO_INPUTS
 
     # ----- the search --------------------------------------------------------------------
     def run(self) -> None:

@@ -45,6 +45,7 @@ from loopcheck.explorer.figures import Survey
 from loopcheck.explorer.head_tail import survey_of_variant
 from loopcheck.explorer.liveness import Lasso, Liveness, analyse
 from loopcheck.model.workload import Workload
+from loopcheck.runctl.stop import Deadline
 
 BLOCKS = 1024   # a family is folded in at most this many blocks
 FORK_AFTER = 0.01   # seconds a survey runs on its own process before it starts workers ...
@@ -137,7 +138,7 @@ def survey_block(bases: range, family: Family, graph: FutureGraph,
 def survey(workload: Workload, spread: int = 0, reduce: bool = True, max_states: int = 200_000,
            max_memory_mb: float | None = None, workers: int = 1,
            progress: Callable[[int, int], None] | None = None, merge: bool = False,
-           deadline: float | None = None) -> Survey:
+           deadline: Deadline | None = None) -> Survey:
     """Explore and analyse every variant (on `workers` fork processes when more
     than one), folded block by block in block order; cut short at the first
     block that stops (`survey_block`), past `max_states` states in all, or past

@@ -22,6 +22,7 @@ from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import Workload, save_workload
 from loopcheck.options import add_adapter, add_check_mode
 from loopcheck.report import banner, table
+from loopcheck.runctl.stop import Deadline
 from loopcheck.runctl.ticker import Ticker
 from loopcheck.scoped_cmd import DEFAULT_MAX_STATES, DEFAULT_OUT, run_scoped
 from loopcheck.simulate_cmd import prepare
@@ -106,7 +107,7 @@ class Progress:
 
 def summary(workload: Workload, args: argparse.Namespace) -> tuple[dict[str, Any], Survey]:
     start = time.perf_counter()
-    deadline = None if args.max_seconds is None else time.monotonic() + args.max_seconds
+    deadline = Deadline(args.max_seconds)
     found = survey(workload, args.spread, not args.no_reduce, args.max_states, args.max_memory_mb, args.workers,
                    progress=Progress("queue" if args.merge else "variants left"), merge=args.merge, deadline=deadline)
     live = found.liveness

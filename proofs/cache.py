@@ -49,9 +49,20 @@ def default_dir() -> Path:
     return Path(base) / "loopcheck" / "proofs"
 
 
-def _own(obj: object) -> bool:
-    module = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None) or ""
+def _in_own(module: str) -> bool:
+    """Whether the module of this name is one of OWN or inside one."""
     return any(module == p or module.startswith(p + ".") for p in OWN)
+
+
+def _own(obj: object) -> bool:
+    return _in_own(obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None) or "")
+
+
+def _unwrapped(value: object) -> object:
+    """A class member as the function it runs: a staticmethod's or classmethod's
+    function, a property's getter; anything else as it is."""
+    value = getattr(value, "__func__", value)
+    return value.fget if isinstance(value, property) else value
 
 
 def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
@@ -71,8 +82,7 @@ def source_of(obj: object) -> str:
         for name, value in vars(obj).items():
             if name.startswith("__") and name != "__init__":
                 continue
-            value = getattr(value, "__func__", value)                        # staticmethod, classmethod
-            value = value.fget if isinstance(value, property) else value
+            value = _unwrapped(value)
             members.append(f"{name} = {source_of(value) if isinstance(value, types.FunctionType) else stable(value)}")
         return f"class {obj.__qualname__}{tuple(b.__qualname__ for b in obj.__bases__)}:\n" + "\n".join(members)
     if isinstance(obj, types.FunctionType):
@@ -112,13 +122,7 @@ def _functions_of(obj: object) -> list[types.FunctionType]:
     """The functions whose code `obj` runs: itself, or a class's methods."""
     if isinstance(obj, types.FunctionType):
         return [obj]
-    out = []
-    for value in vars(obj).values():
-        value = getattr(value, "__func__", value)                        # staticmethod, classmethod
-        value = value.fget if isinstance(value, property) else value
-        if isinstance(value, types.FunctionType):
-            out.append(value)
-    return out
+    return [value for value in map(_unwrapped, vars(obj).values()) if isinstance(value, types.FunctionType)]
 
 
 def dependencies(fn: Callable[..., Any]) -> dict[str, str]:
@@ -155,17 +159,13 @@ def dependencies(fn: Callable[..., Any]) -> dict[str, str]:
                     if name not in scope:
                         continue
                     target = scope[name]
-                    if isinstance(target, CONSTANTS) and _own_module_constant(scope):
+                    if isinstance(target, CONSTANTS) and _in_own(scope.get("__name__", "")):
                         found.setdefault(f"{scope['__name__']}.{name}", stable(target))
                         for member in _members(target):   # (a table of functions: each is a dependency)
                             reach(member)
                     else:
                         reach(target)
     return found
-
-
-def _own_module_constant(scope: dict[str, Any]) -> bool:
-    return any(scope.get("__name__", "") == p or scope.get("__name__", "").startswith(p + ".") for p in OWN)
 
 
 def obligation_key(label: str, plan: object, thunk: Callable[..., Any]) -> str:

@@ -61,23 +61,20 @@ class OutOfTime(Exception):
 
 
 class Deadline:
-    """A run's wall-clock bound from now (None: never): `left` is how many
-    seconds remain, `check` raises OutOfTime once none do, and `passed`
-    remembers that the bound ended the run (`expire`)."""
+    """A run's wall-clock bound from now (None: never), on `time.monotonic()`,
+    the same clock in every process of the machine (a deadline handed to worker
+    processes is theirs too): `left` is how many seconds remain, `over` whether
+    none do, `check` raises OutOfTime once none do."""
 
     def __init__(self, seconds: float | None) -> None:
         self.until = None if seconds is None else time.monotonic() + seconds
-        self.passed = False
 
     def left(self) -> float | None:
         return None if self.until is None else self.until - time.monotonic()
 
-    def expire(self) -> None:
-        """The bound passed: remember it and raise OutOfTime."""
-        self.passed = True
-        raise OutOfTime
+    def over(self) -> bool:
+        return self.until is not None and time.monotonic() >= self.until
 
     def check(self) -> None:
-        left = self.left()
-        if left is not None and left <= 0:
-            self.expire()
+        if self.over():
+            raise OutOfTime
