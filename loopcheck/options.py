@@ -8,6 +8,7 @@ from pathlib import Path
 
 from loopcheck.adapters.loader import SHIPPED, load_factory
 from loopcheck.checks.suite import MODES, CheckSet, default_mode
+from loopcheck.inputs import writable_dir
 from loopcheck.proofs.cache import ProofCache, default_dir
 from loopcheck.sut.protocol import SutFactory
 
@@ -50,7 +51,10 @@ def add_proof_cache(p: argparse.ArgumentParser) -> None:
 
 
 def proof_cache_of(args: argparse.Namespace) -> ProofCache | None:
-    """The proof cache --cache and --no-cache select (None: none)."""
+    """The proof cache --cache and --no-cache select (None: none); WorkloadError
+    if --cache names a folder that cannot be made."""
     if args.no_cache:
         return None
+    if args.cache:
+        writable_dir("--cache", args.cache)
     return ProofCache(Path(args.cache) if args.cache else default_dir())

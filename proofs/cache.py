@@ -207,12 +207,19 @@ class ProofCache:
         return None if result.status == UNKNOWN else (result, workload)
 
     def put(self, key: str, result: ProofResult, workload: Workload | None) -> None:
-        """Keep a result (never an `unknown` one), written whole or not at all."""
+        """Keep a result (never an `unknown` one), written whole or not at all; a
+        folder that cannot be written is said once (a warning line) and nothing
+        more is kept in this run."""
         if self.folder is None or result.status == UNKNOWN:
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
         data = {"schema": SCHEMA, "result": {**result.to_json(), "seconds": result.seconds},
                 "workload": None if workload is None else workload.to_json()}
         partial = self._path(key).with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(data, sort_keys=True))
-        partial.replace(self._path(key))
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(data, sort_keys=True))
+            partial.replace(self._path(key))
+        except OSError as exc:
+            print(f"loopcheck: warning: the proof cache {self.folder} cannot be written ({exc.strerror or exc}); "
+                  "keeping no results this run", file=sys.stderr)
+            self.folder = None

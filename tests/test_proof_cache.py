@@ -109,3 +109,20 @@ def test_keys_are_the_same_in_every_process(label: str) -> None:
                            cwd=Path(__file__).parent.parent, env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
             for seed in (1, 2)}
     assert len(keys) == 1
+
+
+def test_a_cache_folder_that_cannot_be_made_is_bad_input_or_a_warning(tmp_path: Path, capsys, monkeypatch) -> None:
+    """--cache naming a file: one error line, exit 2, before any work; a default
+    folder that cannot be written: one warning line, and the proofs still run."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["prove", "--only", "futility", "--cache", str(blocker)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"loopcheck prove: error: --cache: {str(blocker)!r} exists and is not a folder"]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))   # (a file: no folder can be made under it)
+    assert main(["prove", "--only", "futility", "--timings"]) == 0
+    captured = capsys.readouterr()
+    assert [line for line in captured.err.splitlines() if "warning" in line] == [
+        f"loopcheck: warning: the proof cache {blocker}/loopcheck/proofs cannot be written (Not a directory); "
+        "keeping no results this run"]
+    assert "0 of 2 from the cache" in captured.out
