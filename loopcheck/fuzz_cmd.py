@@ -8,7 +8,6 @@ import math
 import random
 import sys
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from loopcheck.adapters.loader import capabilities_of, load_factory
@@ -21,6 +20,7 @@ from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import Shape
 from loopcheck.options import add_adapter, add_check_mode, check_set_of
 from loopcheck.report import banner, checks_not_run, command_line, not_run_line, reproduce_line
+from loopcheck.runctl.pool import in_processes
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -113,17 +113,7 @@ def run(args: argparse.Namespace) -> int:
              args.shrink_replays, args.keep_going, args.max_examples, args.guidance,
              None if args.json else (f"w{w} " if args.workers > 1 else ""))
             for w in range(args.workers)]
-    if args.workers == 1:
-        results = [_worker(jobs[0])]
-    else:
-        with ProcessPoolExecutor(args.workers) as pool:
-            futures = [pool.submit(_worker, job) for job in jobs]
-            try:
-                results = [f.result() for f in futures]
-            except KeyboardInterrupt:   # stop the workers too; their files stay
-                for process in list(getattr(pool, "_processes", {}).values()):
-                    process.terminate()
-                raise
+    results = [_worker(jobs[0])] if args.workers == 1 else in_processes(_worker, jobs, args.workers)
     groups = group_findings(distinct_findings(results), factory, checks)
     findings = [f for g in groups for f in g.findings]   # (by cause, each cause's in the order found)
     number = {id(f): k for k, g in enumerate(groups, 1) for f in g.findings}

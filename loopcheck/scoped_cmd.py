@@ -9,7 +9,6 @@ import json
 import math
 import shutil
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from loopcheck.explorer.scoped import Finding, Limits, Plan, Result, Tally, expl
 from loopcheck.model.errors import WorkloadError
 from loopcheck.options import check_set_of
 from loopcheck.report import banner, command_line
+from loopcheck.runctl.pool import in_processes
 from loopcheck.runctl.stop import Deadline, OutOfTime
 from loopcheck.runctl.ticker import Ticker
 from loopcheck.sut.protocol import Capabilities
@@ -142,14 +142,7 @@ def run_scoped(args: argparse.Namespace) -> int:
     else:
         jobs = [(adapter, scope, checks, args.keep_going, limits, (k, args.workers), out / f"part-{k}",
                  None if args.json else f"part {k}: ") for k in range(1, args.workers + 1)]
-        with ProcessPoolExecutor(args.workers) as pool:
-            futures = [pool.submit(explore_part, job) for job in jobs]
-            try:
-                parts = [certificate_from_json(f.result(), "explore") for f in futures]
-            except KeyboardInterrupt:   # stop the workers too; their files stay
-                for process in list(getattr(pool, "_processes", {}).values()):
-                    process.terminate()
-                raise
+        parts = [certificate_from_json(part, "explore") for part in in_processes(explore_part, jobs, args.workers)]
         cert = gathered(combine(parts), out)
         (out / CERTIFICATE).write_text(json.dumps(cert.to_json(), indent=1))
     return report(cert, out, command_line(argv), factory, checks, args.json)

@@ -29,6 +29,7 @@ from loopcheck.options import add_adapter, add_proof_cache, proof_cache_of
 from loopcheck.proofs.cache import ProofCache
 from loopcheck.proofs.obligations import ProofPlan, run_all
 from loopcheck.report import banner, checks_not_run, not_run_line, table
+from loopcheck.runctl.pool import in_processes
 from loopcheck.scoped_cmd import explore_part
 from loopcheck.shipped import shipped_example
 
@@ -89,33 +90,45 @@ def explore_rows() -> list[Row]:
     return rows
 
 
+FUZZ_ROWS = (("guarded", "regression"), ("guarded", "random"), ("unguarded", "regression"))
+
+
 def fuzz_rows(seconds: float, seed_value: int, out: Path, max_examples: int | None) -> list[Row]:
     """The guarded campaigns run `seconds` (or `max_examples`) each and must stay
     clean; the unguarded one must find the livelock, within LIVELOCK_SEARCH times
     as long (a time box of `seconds` missed it for a few percent of seeds, more
     on a loaded machine; it stops at the first livelock, so this costs time only
-    then)."""
-    rows: list[Row] = []
-    for policy, mode in (("guarded", "regression"), ("guarded", "random"), ("unguarded", "regression")):
-        unguarded = policy == "unguarded"
-        budget = seconds * LIVELOCK_SEARCH if unguarded else seconds
-        main_progress(f"  fuzz {policy} on {mode} configs for {'up to ' if unguarded else ''}{budget:g}s ...")
-        result = run_campaign(CampaignSettings(
-            policy, budget, seed_value, out / f"{policy}-{mode}", mode,
-            max_replays=LIVELOCK_SHRINK_REPLAYS if unguarded else None,
-            max_examples=None if max_examples is None else max_examples * (LIVELOCK_SEARCH if unguarded else 1)),
-            progress=main_progress)
-        v = result.violation
-        if policy == "guarded":
-            ok = v is None
-            status = f"clean: {result.stats.examples} examples" if ok else f"{v.prop}: {result.counterexample}"
-        else:
-            ok = v is not None and v.prop == "livelock"
-            status = (f"livelock after {result.time_to_failure:.1f}s, {result.requests} requests"
-                      if ok else (f"{v.prop}: {result.counterexample}" if v else "no livelock found"))
-        rows.append([f"lockstep + liveness, {mode} configs ({policy})", "fuzz", status, "ok" if ok else "FAIL",
-                     f"{result.seconds:.2f}"])
-    return rows
+    then). The three are independent and run at once, each in a process of its
+    own; the rows come in this order whatever finishes first."""
+    from loopcheck.engine import llm_engine  # noqa: F401  (imported once, with torch, for the forked workers to share)
+
+    jobs = [(policy, mode, seconds, seed_value, out, max_examples) for policy, mode in FUZZ_ROWS]
+    return in_processes(fuzz_row, jobs, len(jobs), fork=True)
+
+
+def fuzz_row(job: tuple[str, str, float, int, Path, int | None]) -> Row:
+    """One campaign of `fuzz_rows` (run in a worker process), its progress lines
+    named by the campaign."""
+    policy, mode, seconds, seed_value, out, max_examples = job
+    unguarded = policy == "unguarded"
+    budget = seconds * LIVELOCK_SEARCH if unguarded else seconds
+    name = f"{policy} on {mode} configs"
+    main_progress(f"  fuzz {name} for {'up to ' if unguarded else ''}{budget:g}s ...")
+    result = run_campaign(CampaignSettings(
+        policy, budget, seed_value, out / f"{policy}-{mode}", mode,
+        max_replays=LIVELOCK_SHRINK_REPLAYS if unguarded else None,
+        max_examples=None if max_examples is None else max_examples * (LIVELOCK_SEARCH if unguarded else 1)),
+        progress=lambda line: main_progress(f"  fuzz {name}: {line.strip()}"))
+    v = result.violation
+    if not unguarded:
+        ok = v is None
+        status = f"clean: {result.stats.examples} examples" if ok else f"{v.prop}: {result.counterexample}"
+    else:
+        ok = v is not None and v.prop == "livelock"
+        status = (f"livelock after {result.time_to_failure:.1f}s, {result.requests} requests"
+                  if ok else (f"{v.prop}: {result.counterexample}" if v else "no livelock found"))
+    return [f"lockstep + liveness, {mode} configs ({policy})", "fuzz", status, "ok" if ok else "FAIL",
+            f"{result.seconds:.2f}"]
 
 
 def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path, max_examples: int | None

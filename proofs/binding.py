@@ -21,6 +21,7 @@ The first disagreement is reported by rule; `loopcheck prove` then exits 1.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -46,12 +47,12 @@ from loopcheck.proofs.bmc import (
     SymWorkload,
     modes_of,
     needs_of,
-    sym_step,
     sym_step_traced,
 )
 from loopcheck.proofs.drain import DETERMINISTIC_MODES, MODES, invariant
 from loopcheck.proofs.kv import KVState, conservation
 from loopcheck.proofs.lasso import symbolic_workload
+from loopcheck.proofs.result import fresh_solver
 
 RULE_OF_FIELD = {"status": "admission, preemption and finishing", "frontier": "prefill frontier, hits and rewind",
                  "chunk_end": "prefill chunks and rewind", "chunk_depth": "WCPB depth",
@@ -131,11 +132,12 @@ def sym_of(state: SchedState, cfg: Config) -> SymState:
 def step_disagreement(w: Workload, state: SchedState) -> str | None:
     """Where one model step from `state` and the encoding's step differ, or None
     (modes where the step is deterministic: evaluated)."""
-    sw, ins = concrete_sym(w, state)
-    got = sym_step(sym_of(state, w.config), state.step, sw, SymConfig.of(w.config), ins)
+    got, facts = stepped(w, state)
+    if facts:
+        raise ValueError("step_disagreement: the step leaves choices open under these modes")
     nxt, _ = step(state, WorkloadEnv(w))
     want = sym_of(nxt, w.config)
-    for (name, a), (_, b) in zip(got.named(), want.named(), strict=True):
+    for (name, a), (_, b) in zip(got, want.named(), strict=True):
         enc, mod = z3.simplify(a).as_long(), z3.simplify(b).as_long()
         if enc != mod:
             return (f"encoding and model disagree at {rule_of(name)}: {name} is {mod} in "
@@ -147,12 +149,10 @@ def transition_disagreement(w: Workload, state: SchedState, nxt: SchedState) -> 
     """Whether some choices within their facts make the encoding's step from
     `state` give model/'s next state `nxt` (any modes; solved), or where not:
     the first field no choice gives."""
-    sw, ins = concrete_sym(w, state)
-    got, trace = sym_step_traced(sym_of(state, w.config), state.step, sw, SymConfig.of(w.config), ins, "b_")
-    pairs = [(name, a, b) for (name, a), (_, b) in zip(got.named(), sym_of(nxt, w.config).named(), strict=True)]
-    solver = z3.Solver()
-    solver.set("timeout", 20_000)
-    solver.add(*trace.facts)
+    got, facts = stepped(w, state)
+    pairs = [(name, a, b) for (name, a), (_, b) in zip(got, sym_of(nxt, w.config).named(), strict=True)]
+    solver = fresh_solver(20_000)
+    solver.add(*facts)
     answer = solver.check(*[a == b for _, a, b in pairs])
     if answer == z3.sat:
         return None
@@ -165,6 +165,61 @@ def transition_disagreement(w: Workload, state: SchedState, nxt: SchedState) -> 
             return (f"encoding and model disagree at {rule_of(name)}: {name} is {z3.simplify(b)} in model/ and "
                     f"no choice gives it, step {state.step} of {describe(w, state)}")
     raise AssertionError("unreachable: the fields together were unsat")
+
+
+@dataclass(frozen=True)
+class StepTemplate:
+    """The encoding's step (`sym_step_traced`, its choices named b_) of one
+    config and number of requests, built once over unknowns: the state, the
+    step counter, the workload and the step's inputs (`unknowns`, in the order
+    `concrete_terms` lists their values), the next state's named fields and
+    the choices' facts. The terms the encoding builds branch on the config
+    alone, never on the state, so the template with its unknowns substituted
+    by a concrete state's values is the step built over those values; z3
+    substitutes in one native call what building costs thousands of Python
+    calls."""
+
+    unknowns: tuple[z3.ExprRef, ...]
+    after: tuple[tuple[str, z3.ArithRef], ...]
+    packed: z3.ExprRef   # the next state's fields, then the facts, as the arguments of one term
+
+
+def step_template(cfg: Config, K: int) -> StepTemplate:
+    """The `StepTemplate` of `cfg` with K requests, kept while the encoding's
+    code is the same (the binding meets each config over many states; a test
+    may replace a phase of the encoding, which then gets templates of its own)."""
+    return _template(cfg, K, tuple(map(id, vars(bmc.Pass).values())) + (id(sym_step_traced),))
+
+
+@functools.lru_cache(maxsize=256)
+def _template(cfg: Config, K: int, encoding: tuple[int, ...]) -> StepTemplate:
+    s, t = SymState.unknown("bind_s_", K), z3.Int("bind_t")
+    w = SymWorkload(*(tuple(z3.Int(f"bind_{name}{i}") for i in range(K))
+                      for name in ("prompt", "max_tokens", "priority", "arrival", "need")))
+    ins = StepInputs.unknown("bind_in_", K)
+    after, trace = sym_step_traced(s, t, w, SymConfig.of(cfg), ins, "b_")
+    unknowns = (*s.fields(), t, *w.prompt, *w.max_tokens, *w.priority, *w.arrival, *w.need, *ins.aborts, *ins.stops)
+    outputs = [*after.fields(), *trace.facts]
+    pack = z3.Function("bind_pack", *(term.sort() for term in outputs), z3.BoolSort())
+    return StepTemplate(unknowns, tuple(after.named()), pack(*outputs))
+
+
+def concrete_terms(w: Workload, state: SchedState) -> tuple[z3.ExprRef, ...]:
+    """The values of a `StepTemplate`'s unknowns for one step of w from `state`."""
+    sw, ins = concrete_sym(w, state)
+    return (*sym_of(state, w.config).fields(), z3.IntVal(state.step), *sw.prompt, *sw.max_tokens, *sw.priority,
+            *sw.arrival, *sw.need, *ins.aborts, *ins.stops)
+
+
+def stepped(w: Workload, state: SchedState) -> tuple[list[tuple[str, z3.ArithRef]], list[z3.BoolRef]]:
+    """The encoding's step of w from `state`: the next state's named fields and
+    the facts its choices satisfy (`step_template`, substituted in one pass over
+    all of them, so that shared subterms are visited once)."""
+    template = step_template(w.config, len(w.requests))
+    done = z3.substitute(template.packed, *zip(template.unknowns, concrete_terms(w, state), strict=True))
+    terms = [done.arg(k) for k in range(done.num_args())]
+    names = [name for name, _ in template.after]
+    return list(zip(names, terms[:len(names)], strict=True)), terms[len(names):]
 
 
 def rule_of(field: str) -> str:
@@ -242,8 +297,7 @@ def solved_states(cfg: Config, K: int) -> list[tuple[str, Workload, SchedState]]
         base += [z3.Implies(w.priority[i] == w.priority[j], w.arrival[i] <= w.arrival[j]) for j in range(i + 1, K)]
     out = []
     for label, goal in targets(s, s1, w, sc, ins, trace).items():
-        solver = z3.Solver()
-        solver.set("timeout", 20_000)
+        solver = fresh_solver(20_000)
         solver.add(*base, goal)
         if solver.check() != z3.sat:
             continue

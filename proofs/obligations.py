@@ -5,11 +5,9 @@ of an encoding is reported as proved (`demote`)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from collections.abc import Callable, Collection, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 from loopcheck.model.config import Config
@@ -21,6 +19,7 @@ from loopcheck.proofs.drain import DETERMINISTIC_MODES, MODES, across_modes, dra
 from loopcheck.proofs.lasso import lasso_search
 from loopcheck.proofs.obligations_kv import admission_atomic, futility, kv_conservation, preflight_soundness
 from loopcheck.proofs.result import AGREES, DISAGREES, PROVED, UNKNOWN, ProofResult
+from loopcheck.runctl.pool import in_processes
 
 Thunk = Callable[[], tuple[ProofResult, Workload | None]]
 
@@ -142,36 +141,28 @@ def run_all(plan: ProofPlan, progress: Callable[[str], None] | None = None, work
                 progress(f"{label}: {kept[0].status} (cached)")
     todo = [(n, label) for n, label, _ in labelled if n not in out]
     jobs = min(workers or os.cpu_count() or 1, max(len(todo), 1))
-    context = multiprocessing.get_context("fork") if jobs > 1 else None
 
-    def finished(n: int, label: str, found: tuple[ProofResult, Workload | None]) -> None:
+    def finished(k: int, found: tuple[ProofResult, Workload | None]) -> None:
+        n, label = todo[k]
         out[n] = found
         if cache:
             cache.put(keys[n], *found)
         if progress:
             progress(f"{label}: {found[0].status} ({found[0].seconds:.1f}s)")
 
-    if context is None:
-        for n, label in todo:
-            finished(n, label, _discharge(plan, n))
-    else:
-        with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-            pending = {pool.submit(_discharge, plan, n): (n, label) for n, label in todo}
-            try:
-                for done in as_completed(pending):
-                    finished(*pending[done], done.result())
-            except BaseException:   # (Ctrl-C, SIGTERM: the workers are inside z3, which no signal interrupts)
-                for process in list(getattr(pool, "_processes", {}).values()):
-                    process.kill()
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
+    if jobs == 1:
+        for k, (n, _) in enumerate(todo):
+            finished(k, _discharge((plan, n)))
+    else:   # (forks: the workers are inside z3, which no signal interrupts, so a stop kills them)
+        in_processes(_discharge, [(plan, n) for n, _ in todo], jobs, done=finished, fork=True, kill=True)
     ordered = [out[n] for n, _, _ in labelled]
     demote([r for r, _ in ordered])
     return ordered
 
 
-def _discharge(plan: ProofPlan, n: int) -> tuple[ProofResult, Workload | None]:
-    """Obligation number n of the plan (run in a worker process)."""
+def _discharge(job: tuple[ProofPlan, int]) -> tuple[ProofResult, Workload | None]:
+    """Obligation number n of the plan (`job`: the plan and n; run in a worker process)."""
+    plan, n = job
     for index, (_, thunk) in enumerate(obligations(plan)):
         if index == n:
             return thunk()

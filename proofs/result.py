@@ -58,7 +58,17 @@ def check_claim(name: str, policy: str, expected: str, assumptions: list[z3.Bool
 def solve(formulas: list[z3.BoolRef], timeout_ms: int) -> tuple[z3.CheckSatResult, z3.Solver]:
     """One fresh solver's answer on `formulas` (fresh: z3 preprocesses only a
     solver's first check, which makes these queries fast)."""
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
+    solver = fresh_solver(timeout_ms)
     solver.add(*formulas)
     return solver.check(), solver
+
+
+def fresh_solver(timeout_ms: int) -> z3.Solver:
+    """z3's SMT solver behind a pipeline that first simplifies, propagates
+    values, solves equations for variables and eliminates unconstrained terms.
+    It answers what the plain solver answers (each step keeps
+    satisfiability, and a model is mapped back to the original variables), in
+    a fifth to an eighth of its time on these encodings (docs/benchmarks.md)."""
+    solver = z3.Then("simplify", "propagate-values", "solve-eqs", "elim-uncnstr", "smt").solver()
+    solver.set("timeout", timeout_ms)
+    return solver

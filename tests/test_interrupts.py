@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from loopcheck.model.workload import save_workload
+from loopcheck.runctl.pool import in_processes
 from loopcheck.runctl.stop import StopRequest, Terminated
 from tests.helpers import five_requests
 
@@ -113,3 +114,24 @@ def test_ctrl_c_twice_stops_a_run_stuck_in_the_system(tmp_path) -> None:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err and "INTERRUPTED" in err, err
     assert "hang" not in out + err and not list(tmp_path.glob("counterexample-*"))
+
+
+def _nap(seconds: float) -> float:
+    if seconds < 0:
+        raise ValueError("a failed job")
+    time.sleep(seconds)
+    return seconds
+
+
+def test_work_in_processes_comes_back_in_job_order_and_a_failure_stops_every_worker() -> None:
+    """`runctl.pool.in_processes`: results in job order whatever order the jobs
+    finish in (each heard as it finishes); a failed job raises at once, without
+    waiting for a job still running, and leaves no worker running."""
+    heard: list[int] = []
+    assert in_processes(_nap, [0.6, 0.0, 0.3], 3, done=lambda k, _: heard.append(k)) == [0.6, 0.0, 0.3]
+    assert heard == [1, 2, 0]
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="a failed job"):
+        in_processes(_nap, [120.0, -1.0], 2)
+    assert time.monotonic() - start < 120
+    assert not [pid for pid in children(os.getpid()) if running(pid)]

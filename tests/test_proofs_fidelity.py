@@ -11,11 +11,13 @@ import random
 from dataclasses import replace
 
 import pytest
+import z3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import loopcheck.model.reference as ref
 from loopcheck.fuzz.strategies import configs, workloads
+from loopcheck.model.simulate import model_steps
 from loopcheck.model.workload import Workload
 from loopcheck.proofs import binding
 from loopcheck.proofs.binding import (
@@ -25,6 +27,7 @@ from loopcheck.proofs.binding import (
     solved_states,
     step_disagreement,
 )
+from loopcheck.proofs.bmc import SymConfig, sym_step_traced
 
 SLOW = [HealthCheck.too_slow, HealthCheck.filter_too_much]
 
@@ -200,3 +203,38 @@ def test_an_encoding_that_drifts_is_caught(monkeypatch) -> None:
     monkeypatch.setattr(binding, "needs_of", lambda p, m, cfg: tuple(
         cfg.planes * ((a + b + cfg.block_size - 1) / cfg.block_size) for a, b in zip(p, m, strict=True)))
     assert run_disagreement(w, {"random-run states": 0}) is not None
+
+
+def _answer(fields: list, facts: list, want: list) -> z3.CheckSatResult:
+    solver = z3.Solver()
+    solver.add(*facts, *[a == b for (_, a), b in zip(fields, want, strict=True)])
+    return solver.check()
+
+
+def test_the_step_template_is_the_step_built_over_the_states_values() -> None:
+    """The binding instantiates one symbolic step per config (`step_template`)
+    by substitution instead of building the step over each state's values: on
+    the states of random runs, where the step is deterministic every field is
+    the same number either way, and where it leaves choices the binding's
+    question (can the choices give this next state?) has the same answer
+    either way, for the model's next state (yes) and for one with a block
+    too many (no)."""
+    rng = random.Random(1)
+    choice_modes = [m for m in binding.MODES if m not in binding.DETERMINISTIC_MODES]
+    answers = []
+    for cfg in binding.binding_configs()[:4] + binding.binding_configs(choice_modes)[:6]:
+        w = binding.random_workload(rng, cfg, 4, prefixes=True)
+        for state, _, nxt in model_steps(w, 10):
+            sw, ins = binding.concrete_sym(w, state)
+            built, trace = sym_step_traced(binding.sym_of(state, cfg), state.step, sw, SymConfig.of(cfg), ins, "b_")
+            fields, facts = binding.stepped(w, state)
+            if not trace.facts:
+                assert not facts
+                assert [z3.simplify(a) for _, a in fields] == [z3.simplify(b) for b in built.fields()]
+                continue
+            want = binding.sym_of(nxt, cfg).fields()
+            for target in (want, want[:-2] + [want[-2] + 1, want[-1]]):   # (the free count one more)
+                answer = _answer(fields, facts, target)
+                assert answer == _answer(built.named(), trace.facts, target)
+                answers.append(answer)
+    assert z3.sat in answers and z3.unsat in answers

@@ -229,6 +229,21 @@ def test_verify_on_another_system(capsys) -> None:
     assert re.search(r"every workload of the tiny scope +explore +kv-conservation\.\S+ in 1 steps", out)
 
 
+def test_verifys_fuzz_campaigns_run_at_once_and_report_in_a_fixed_order(tmp_path) -> None:
+    """The torch engine's three campaigns of `verify` (bounded by examples here)
+    run in processes of their own; the rows come back in the order verify
+    lists them, each judged (the guarded ones clean)."""
+    from loopcheck import verify_cmd
+
+    rows = verify_cmd.fuzz_rows(600, 1, tmp_path, 8)
+    assert [row[0] for row in rows] == [f"lockstep + liveness, {mode} configs ({policy})"
+                                        for policy, mode in verify_cmd.FUZZ_ROWS]
+    assert [row[2].startswith("clean: 8 examples") for row in rows[:2]] == [True, True]
+    assert rows[2][2].startswith(("livelock after", "no livelock found"))
+    assert {path.name for path in tmp_path.iterdir()} == {"guarded-regression", "guarded-random",
+                                                          "unguarded-regression"}
+
+
 def test_a_violation_names_the_step_that_showed_it() -> None:
     """Violation.step numbers steps as traces and arrivals do: a check that fails
     on a step's events names that step; a crash names the step that raised."""
