@@ -29,7 +29,7 @@ from loopcheck.simulate_cmd import prepare
 
 MODEL_MAX_STATES = 200_000
 MODEL_ONLY = ("max_memory_mb", "no_reduce", "merge", "policy")   # the flags of each way of exploring
-SCOPE_ONLY = ("adapter", "part", "keep_going", "check_key", "ignore", "check")
+SCOPE_ONLY = ("adapter", "part", "keep_going", "check_key", "ignore", "check", "cluster")
 
 
 def given_flags(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
@@ -49,6 +49,10 @@ def register(p: argparse.ArgumentParser) -> None:
     add_check_mode(p)
     p.add_argument("--part", metavar="K/N", help="with --scope: explore part K of N (combine the parts' "
                    "certificates with loopcheck combine)")
+    p.add_argument("--cluster", metavar="auto|HOST:PORT",
+                   help="with --scope: run the parts as tasks of a Ray cluster (auto: RAY_ADDRESS or a head "
+                        "running here; HOST:PORT: that head's address), --workers of them (default: the cluster's "
+                        "CPUs); needs the ray extra (docs/cluster.md)")
     p.add_argument("--keep-going", action="store_true",
                    help="with --scope: report every distinct signature in the scope (default: the shortest finding)")
     p.add_argument("--check-key", type=int, default=0, metavar="N",

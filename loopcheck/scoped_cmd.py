@@ -16,6 +16,7 @@ from loopcheck.adapters.loader import capabilities_of, load_factory, warn_costly
 from loopcheck.certificate_report import certificate_lines, write_report
 from loopcheck.checks.counterexample import numbered_paths, write_counterexample
 from loopcheck.checks.suite import CheckSet
+from loopcheck.cluster import cluster_cpus, connect, in_tasks
 from loopcheck.driver.driver import within
 from loopcheck.explorer.certificate import Certificate, certificate_from_json, certificate_of, combine
 from loopcheck.explorer.scope import WorkloadScope, load_scope
@@ -112,8 +113,8 @@ def run_scoped(args: argparse.Namespace) -> int:
     if args.workers < 1 or args.check_key < 0 or (max_seconds is not None and not (
             math.isfinite(max_seconds) and max_seconds > 0)):
         raise WorkloadError("--workers must be >= 1, --check-key >= 0 and --max-seconds a number > 0")
-    if args.part and args.workers > 1:
-        raise WorkloadError("--part runs one part in this process: leave out --workers")
+    if args.part and (args.workers > 1 or args.cluster):
+        raise WorkloadError("--part runs one part in this process: leave out --workers and --cluster")
     adapter = args.adapter or "model"
     factory = load_factory(adapter)
     limits = Limits(args.max_states or DEFAULT_MAX_STATES, Deadline(max_seconds), args.check_key)
@@ -127,23 +128,27 @@ def run_scoped(args: argparse.Namespace) -> int:
     if args.spread and not isinstance(scope, WorkloadScope):
         raise WorkloadError("--spread shifts a workload's arrivals: with --scope naming a workload file")
     warn_costly(factory, scope.config_list(caps.pinned))
-    part = parse_part(args.part) if args.part else (1, args.workers)
+    ray = connect(args.cluster) if args.cluster else None
+    parts = args.workers if ray is None or args.workers > 1 else cluster_cpus(ray)
+    part = parse_part(args.part) if args.part else (1, parts)
     out = Path(args.out or DEFAULT_OUT)
     argv = ["explore", "--adapter", adapter, "--scope", args.scope, *checks.flags(), "--out", str(out)]
     argv += ["--spread", str(args.spread)] if args.spread else []
-    argv += ["--part", args.part] if args.part else ["--workers", str(args.workers)]
+    argv += ["--part", args.part] if args.part else ["--workers", str(parts)]
+    argv += ["--cluster", args.cluster] if args.cluster else []
     argv += ["--keep-going"] if args.keep_going else []
     argv += ["--check-key", str(args.check_key)] if args.check_key else []
     banner(None, argv, sys.stderr)
     label = None if args.json else ""
-    if args.part or args.workers == 1:
+    if args.part or (parts == 1 and ray is None):
         cert = certificate_from_json(explore_part((adapter, scope, checks, args.keep_going, limits, part, out,
                                                    label)), "explore")
     else:
-        jobs = [(adapter, scope, checks, args.keep_going, limits, (k, args.workers), out / f"part-{k}",
-                 None if args.json else f"part {k}: ") for k in range(1, args.workers + 1)]
-        parts = [certificate_from_json(part, "explore") for part in in_processes(explore_part, jobs, args.workers)]
-        cert = gathered(combine(parts), out)
+        folders = [out / f"part-{k}" for k in range(1, parts + 1)]
+        jobs = [(adapter, scope, checks, args.keep_going, limits, (k, parts), folder,
+                 None if args.json else f"part {k}: ") for k, folder in enumerate(folders, 1)]
+        done = in_processes(explore_part, jobs, parts) if ray is None else in_tasks(ray, explore_part, jobs, folders)
+        cert = gathered(combine([certificate_from_json(data, "explore") for data in done]), out)
         (out / CERTIFICATE).write_text(json.dumps(cert.to_json(), indent=1))
     return report(cert, out, command_line(argv), factory, checks, args.json)
 

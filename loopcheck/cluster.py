@@ -1,0 +1,94 @@
+"""A command's parts as tasks of a Ray cluster (`--cluster`, docs/cluster.md):
+the parts run where the cluster has room, a part whose worker dies is run again
+(parts are deterministic, so a retry gives what the lost run would have), and
+the files a part writes come back to this machine with its result."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from loopcheck.model.errors import WorkloadError
+
+INSTALL = "python3 -m pip install -c constraints.txt -e '.[ray]'"
+PROBE_SECONDS = 5.0   # for a head at HOST:PORT to accept a connection
+RETRIES = 3   # runs of a part whose worker died (a node lost, a process killed) before the command fails
+
+
+def connect(address: str) -> Any:
+    """The `ray` module, connected as a driver to the cluster at `address`
+    (auto: RAY_ADDRESS or a head running on this machine; HOST:PORT: that head);
+    WorkloadError, one line, when Ray is not installed or no cluster answers."""
+    try:
+        import ray
+    except ImportError:
+        raise WorkloadError(f"--cluster needs Ray, which is not installed: {INSTALL}") from None
+    if address != "auto":
+        probe(address)
+    try:
+        ray.init(address=address, log_to_driver=True, logging_level="ERROR", configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WorkloadError(f"--cluster {address}: no Ray cluster answers ({first}); start one with "
+                            "`ray start --head`") from None
+    return ray
+
+
+def probe(address: str) -> None:
+    """WorkloadError, one line, unless something listens at HOST:PORT within
+    PROBE_SECONDS (Ray itself would keep trying to reach it for minutes)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise WorkloadError(f"--cluster {address}: expected auto or HOST:PORT (a Ray head's address)")
+    try:
+        socket.create_connection((host, int(port)), timeout=PROBE_SECONDS).close()
+    except OSError as exc:
+        raise WorkloadError(f"--cluster {address}: no Ray cluster answers ({exc.strerror or exc}); start one with "
+                            "`ray start --head`") from None
+
+
+def cluster_cpus(ray: Any) -> int:
+    """The CPUs the connected cluster has in all."""
+    return int(ray.cluster_resources().get("CPU", 1))
+
+
+def in_tasks(ray: Any, fn: Callable[[Any], Any], jobs: Sequence[Any], folders: Sequence[Path]) -> list[Any]:
+    """fn(job) for every job as a task of the connected cluster, the results in
+    job order; what job k wrote in its own folder `folders[k]` (on whichever
+    node ran it) is written again in that folder here. Ctrl-C or SIGTERM
+    cancels every task; the driver disconnects either way."""
+    task = ray.remote(max_retries=RETRIES)(_shipped)
+    here = os.getcwd()
+    refs = [task.remote(fn, job, str(folder), here) for job, folder in zip(jobs, folders, strict=True)]
+    try:
+        done = ray.get(refs)
+    except BaseException:
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        ray.shutdown()
+    results = []
+    for (result, files), folder in zip(done, folders, strict=True):
+        for name, text in files.items():
+            path = folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        results.append(result)
+    return results
+
+
+def _shipped(fn: Callable[[Any], Any], job: Any, folder: str, cwd: str) -> tuple[Any, dict[str, str]]:
+    """fn(job) on a node, in the driver's working folder `cwd` where the node
+    has it (so that the paths a job names mean what they mean to the driver),
+    with the text of every file in the job's own `folder` afterwards (by path
+    relative to it), so that the driver has them whichever node ran it."""
+    if Path(cwd).is_dir():
+        os.chdir(cwd)
+    result = fn(job)
+    root = Path(folder)
+    files = {str(path.relative_to(root)): path.read_text() for path in root.rglob("*") if path.is_file()}
+    return result, files

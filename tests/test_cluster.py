@@ -1,0 +1,134 @@
+"""Exploration on a real Ray cluster (`explore --cluster`, docs/cluster.md): a head
+started on 127.0.0.1 by the test (`ray start --head`, never Ray's local mode)
+and stopped after; the parts run as its tasks and combine into the certificate a
+single process gives, with the counterexample files back on this machine; a part
+whose worker is killed runs again; bad input, a missing Ray and a cluster that
+does not answer are one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loopcheck.cli import main
+from loopcheck.cluster import INSTALL
+
+TOY = "tests/toy_scheduler.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[str]:
+    """A Ray head with 2 CPUs on 127.0.0.1 (its own temporary folder), its address; stopped after."""
+    pytest.importorskip("ray", reason=f"the ray extra is not installed: {INSTALL}")
+    ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    assert ray is not None
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="lcray", dir="/tmp")   # (short: Ray's socket paths must fit 107 bytes)
+    subprocess.run([ray, "start", "--head", "--num-cpus", "2", "--port", str(port), "--node-ip-address", "127.0.0.1",
+                    "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp],
+                   check=True, capture_output=True, timeout=120)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def certificate(out: Path) -> dict:
+    data = json.loads((out / "certificate.json").read_text())
+    return {k: v for k, v in data.items() if k not in ("seconds", "covered", "findings")}
+
+
+def test_the_parts_on_a_cluster_are_the_single_run(head: str, tmp_path: Path) -> None:
+    """Two bugs planted (a leak, a slot cap), every distinct signature asked for:
+    the cluster's certificate is the single process's, and its counterexample
+    files are here, each replaying its finding."""
+    argv = ["explore", "--adapter", f"{TOY}:leaky_over_slots", "--scope", "tiny", "--keep-going"]
+    assert main([*argv, "--out", str(tmp_path / "one")]) == 1
+    assert main([*argv, "--out", str(tmp_path / "ray"), "--cluster", head]) == 1
+    single, cluster = certificate(tmp_path / "one"), certificate(tmp_path / "ray")
+    assert cluster.pop("parts") == 2 and single.pop("parts") == 1   # (the cluster's 2 CPUs: 2 parts)
+    assert cluster == single
+    findings = json.loads((tmp_path / "ray" / "certificate.json").read_text())["findings"]
+    assert len(findings) >= 2
+    for finding in findings:
+        path = Path(finding["file"])
+        assert path.parent == tmp_path / "ray" and path.is_file()
+        assert main(["replay", str(path), "--adapter", f"{TOY}:leaky_over_slots", "--check", "property"]) == 1
+
+
+@pytest.mark.parametrize("address, message", [
+    ("127.0.0.1:1", "--cluster 127.0.0.1:1: no Ray cluster answers"),
+    ("head-without-port", "expected auto or HOST:PORT")])
+def test_a_cluster_that_does_not_answer_is_one_line(address: str, message: str, tmp_path: Path, capsys) -> None:
+    pytest.importorskip("ray", reason=f"the ray extra is not installed: {INSTALL}")
+    assert main(["explore", "--adapter", "model", "--scope", "tiny", "--cluster", address, "--out",
+                 str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_without_ray_the_flag_names_the_install_command(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)   # (import ray fails)
+    assert main(["explore", "--adapter", "model", "--scope", "tiny", "--cluster", "auto", "--out",
+                 str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"loopcheck explore: error: --cluster needs Ray, which is not installed: {INSTALL}"]
+
+
+def task_processes() -> list[int]:
+    """The Ray worker processes running one of loopcheck's tasks now (their title
+    names the task)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes().startswith(b"ray::_shipped"):
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow   # (45 s: a minute-long exploration on the cluster)
+def test_a_part_whose_worker_is_killed_is_run_again(head: str, tmp_path: Path) -> None:
+    """SIGKILL to the worker running a part, mid-exploration: the part runs again
+    and the run ends with the certificate it would have given (the small
+    preset's pinned counts on minisched, docs/benchmarks.md)."""
+    proc = subprocess.Popen([sys.executable, "-m", "loopcheck.cli", "explore", "--adapter",
+                             "examples/adapter/minisched_adapter.py:MiniSchedSUT", "--scope", "small", "--cluster",
+                             head, "--out", str(tmp_path), "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not task_processes() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        time.sleep(2)   # (well into the part)
+        victims = task_processes()
+        assert victims, "no task was seen running"
+        os.kill(victims[0], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0
+    tally = json.loads(out.splitlines()[-1])["tally"]
+    assert tally["complete"] and (tally["units"], tally["workloads"], tally["states"], tally["transitions"]) == (
+        120, 38888, 19821, 43357)
