@@ -1,7 +1,8 @@
 """A command's parts as tasks of a Ray cluster (`--cluster`, docs/cluster.md):
 the parts run where the cluster has room, a part whose worker dies is run again
 (parts are deterministic, so a retry gives what the lost run would have), and
-the files a part writes come back to this machine with its result."""
+the files a part writes come back to this machine with its result. Used by
+`explore --scope` (its parts) and `fuzz` (its campaigns)."""
 
 from __future__ import annotations
 
@@ -73,22 +74,22 @@ def in_tasks(ray: Any, fn: Callable[[Any], Any], jobs: Sequence[Any], folders: S
         ray.shutdown()
     results = []
     for (result, files), folder in zip(done, folders, strict=True):
-        for name, text in files.items():
+        for name, data in files.items():
             path = folder / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            path.write_bytes(data)
         results.append(result)
     return results
 
 
-def _shipped(fn: Callable[[Any], Any], job: Any, folder: str, cwd: str) -> tuple[Any, dict[str, str]]:
+def _shipped(fn: Callable[[Any], Any], job: Any, folder: str, cwd: str) -> tuple[Any, dict[str, bytes]]:
     """fn(job) on a node, in the driver's working folder `cwd` where the node
     has it (so that the paths a job names mean what they mean to the driver),
-    with the text of every file in the job's own `folder` afterwards (by path
+    with the bytes of every file in the job's own `folder` afterwards (by path
     relative to it), so that the driver has them whichever node ran it."""
     if Path(cwd).is_dir():
         os.chdir(cwd)
     result = fn(job)
     root = Path(folder)
-    files = {str(path.relative_to(root)): path.read_text() for path in root.rglob("*") if path.is_file()}
+    files = {str(path.relative_to(root)): path.read_bytes() for path in root.rglob("*") if path.is_file()}
     return result, files

@@ -20,7 +20,7 @@ from loopcheck.explorer.survey import Survey, survey
 from loopcheck.model.bounds import preemption_bound
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import Workload, save_workload
-from loopcheck.options import add_adapter, add_check_mode
+from loopcheck.options import add_adapter, add_check_mode, add_cluster
 from loopcheck.report import banner, table
 from loopcheck.runctl.stop import Deadline
 from loopcheck.runctl.ticker import Ticker
@@ -49,10 +49,7 @@ def register(p: argparse.ArgumentParser) -> None:
     add_check_mode(p)
     p.add_argument("--part", metavar="K/N", help="with --scope: explore part K of N (combine the parts' "
                    "certificates with loopcheck combine)")
-    p.add_argument("--cluster", metavar="auto|HOST:PORT",
-                   help="with --scope: run the parts as tasks of a Ray cluster (auto: RAY_ADDRESS or a head "
-                        "running here; HOST:PORT: that head's address), --workers of them (default: the cluster's "
-                        "CPUs); needs the ray extra (docs/cluster.md)")
+    add_cluster(p, "with --scope: the parts")
     p.add_argument("--keep-going", action="store_true",
                    help="with --scope: report every distinct signature in the scope (default: the shortest finding)")
     p.add_argument("--check-key", type=int, default=0, metavar="N",

@@ -12,13 +12,14 @@ from pathlib import Path
 
 from loopcheck.adapters.loader import capabilities_of, load_factory
 from loopcheck.campaign_report import write_report
+from loopcheck.cluster import cluster_cpus, connect, in_tasks
 from loopcheck.fuzz.campaign import BRANCHES, GUIDANCE, CampaignResult, Finding, main_progress, run_campaign
 from loopcheck.fuzz.directed import WINDOWS
 from loopcheck.fuzz.grouping import group_findings
 from loopcheck.fuzz.seeds import derived_seed
 from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import Shape
-from loopcheck.options import add_adapter, add_check_mode, check_set_of
+from loopcheck.options import add_adapter, add_check_mode, add_cluster, check_set_of
 from loopcheck.report import banner, checks_not_run, command_line, not_run_line, reproduce_line
 from loopcheck.runctl.pool import in_processes
 
@@ -40,6 +41,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="default: a fresh random seed (printed)")
     p.add_argument("--out", default="loopcheck-fuzz", help="example database and counterexamples")
     p.add_argument("--workers", type=int, default=1, help="parallel campaigns with seeds derived from --seed")
+    add_cluster(p, "the campaigns")
     p.add_argument("--configs", choices=("regression", "random"), default=None,
                    help="the regression config, or random small configs covering every switch (default: "
                         "regression for systems with loopcheck's semantics, else random)")
@@ -98,9 +100,12 @@ def run(args: argparse.Namespace) -> int:
     check = checks.mode
     configs = args.configs or ("regression" if caps.semantics == "loopcheck" else "random")
     seed_value = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    ray = connect(args.cluster) if args.cluster else None
+    workers = args.workers if ray is None or args.workers > 1 else cluster_cpus(ray)
     argv = ["fuzz", "--adapter", args.adapter, *checks.flags(), "--policy", args.policy, "--budget-seconds",
             f"{args.budget_seconds:g}", "--seed", str(seed_value), "--out", args.out, "--configs", configs,
-            "--workers", str(args.workers), "--shape", str(shape)]
+            "--workers", str(workers), "--shape", str(shape)]
+    argv += ["--cluster", args.cluster] if args.cluster else []
     argv += ["--db", args.db] if args.db else []
     argv += ["--guidance", args.guidance] if args.guidance else []
     argv += ["--keep-going"] if args.keep_going else []
@@ -111,15 +116,18 @@ def run(args: argparse.Namespace) -> int:
     jobs = [(args.adapter, checks, args.policy, args.budget_seconds, derived_seed(seed_value, "worker", w),
              str(Path(args.out) / f"w{w}"), configs, args.db or str(Path(args.out) / "db"), str(shape),
              args.shrink_replays, args.keep_going, args.max_examples, args.guidance,
-             None if args.json else (f"w{w} " if args.workers > 1 else ""))
-            for w in range(args.workers)]
-    results = [_worker(jobs[0])] if args.workers == 1 else in_processes(_worker, jobs, args.workers)
+             None if args.json else (f"w{w} " if workers > 1 else ""))
+            for w in range(workers)]
+    if ray is not None:
+        results = in_tasks(ray, _worker, jobs, [Path(args.out) / f"w{w}" for w in range(workers)])
+    else:
+        results = [_worker(jobs[0])] if workers == 1 else in_processes(_worker, jobs, workers)
     groups = group_findings(distinct_findings(results), factory, checks)
     findings = [f for g in groups for f in g.findings]   # (by cause, each cause's in the order found)
     number = {id(f): k for k, g in enumerate(groups, 1) for f in g.findings}
     summary = {
         "adapter": args.adapter, "check": check, "policy": args.policy, "seed": seed_value,
-        "workers": args.workers, "examples": sum(r.stats.examples for r in results),
+        "workers": workers, "examples": sum(r.stats.examples for r in results),
         "steps": sum(r.stats.steps for r in results),
         "branches_covered": sorted({b for r in results for b in BRANCHES if r.stats.branches[b]}),
         "windows": {name: sum(r.stats.windows[name] for r in results) for name in WINDOWS},

@@ -1,9 +1,11 @@
-"""Exploration on a real Ray cluster (`explore --cluster`, docs/cluster.md): a head
-started on 127.0.0.1 by the test (`ray start --head`, never Ray's local mode)
-and stopped after; the parts run as its tasks and combine into the certificate a
-single process gives, with the counterexample files back on this machine; a part
-whose worker is killed runs again; bad input, a missing Ray and a cluster that
-does not answer are one line, exit 2."""
+"""Exploration and fuzzing on a real Ray cluster (`--cluster`, docs/cluster.md):
+a head and a second node started on 127.0.0.1 by the test (`ray start --head`,
+`ray start --address`, never Ray's local mode) and stopped after; an
+exploration's parts run as tasks and combine into the certificate a single
+process gives, with the counterexample files back on this machine; a part whose
+worker is killed runs again; a fuzz campaign per CPU finds what one finds;
+bad input, a missing Ray and a cluster that does not answer are one line,
+exit 2."""
 
 from __future__ import annotations
 
@@ -35,16 +37,20 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[str]:
-    """A Ray head with 2 CPUs on 127.0.0.1 (its own temporary folder), its address; stopped after."""
+    """A Ray cluster on 127.0.0.1 of two nodes with a CPU each (a head in its
+    own temporary folder, and a node joining it), the head's address; both
+    stopped after."""
     pytest.importorskip("ray", reason=f"the ray extra is not installed: {INSTALL}")
     ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     assert ray is not None
     port = free_port()
     temp = tempfile.mkdtemp(prefix="lcray", dir="/tmp")   # (short: Ray's socket paths must fit 107 bytes)
-    subprocess.run([ray, "start", "--head", "--num-cpus", "2", "--port", str(port), "--node-ip-address", "127.0.0.1",
-                    "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp],
-                   check=True, capture_output=True, timeout=120)
     try:
+        subprocess.run([ray, "start", "--head", "--num-cpus", "1", "--port", str(port), "--node-ip-address",
+                        "127.0.0.1", "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp],
+                       check=True, capture_output=True, timeout=120)
+        subprocess.run([ray, "start", "--address", f"127.0.0.1:{port}", "--num-cpus", "1", "--node-ip-address",
+                        "127.0.0.1", "--disable-usage-stats"], check=True, capture_output=True, timeout=120)
         yield f"127.0.0.1:{port}"
     finally:
         subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120)
@@ -64,13 +70,28 @@ def test_the_parts_on_a_cluster_are_the_single_run(head: str, tmp_path: Path) ->
     assert main([*argv, "--out", str(tmp_path / "one")]) == 1
     assert main([*argv, "--out", str(tmp_path / "ray"), "--cluster", head]) == 1
     single, cluster = certificate(tmp_path / "one"), certificate(tmp_path / "ray")
-    assert cluster.pop("parts") == 2 and single.pop("parts") == 1   # (the cluster's 2 CPUs: 2 parts)
+    assert cluster.pop("parts") == 2 and single.pop("parts") == 1   # (the cluster's 2 CPUs, one a node: 2 parts)
     assert cluster == single
     findings = json.loads((tmp_path / "ray" / "certificate.json").read_text())["findings"]
     assert len(findings) >= 2
     for finding in findings:
         path = Path(finding["file"])
         assert path.parent == tmp_path / "ray" and path.is_file()
+        assert main(["replay", str(path), "--adapter", f"{TOY}:leaky_over_slots", "--check", "property"]) == 1
+
+
+def test_a_campaign_per_cpu_of_the_cluster_finds_both_planted_bugs(head: str, tmp_path: Path, capsys) -> None:
+    """`fuzz --cluster`: a campaign per CPU of the cluster, each with its derived
+    seed; one summary with both planted bugs, their files here, each replaying."""
+    assert main(["fuzz", "--adapter", f"{TOY}:leaky_over_slots", "--keep-going", "--max-examples", "300", "--seed",
+                 "2", "--out", str(tmp_path), "--json", "--cluster", head]) == 1
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["workers"] == 2 and len(summary["bugs"]) == 2
+    assert sorted(s for bug in summary["bugs"] for s in bug["signatures"]) == ["kv-conservation.reported-errors",
+                                                                               "seq-cap"]
+    for entry in summary["counterexamples"]:
+        path = Path(entry["file"])
+        assert path.is_file() and tmp_path in path.parents
         assert main(["replay", str(path), "--adapter", f"{TOY}:leaky_over_slots", "--check", "property"]) == 1
 
 
