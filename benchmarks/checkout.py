@@ -14,10 +14,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# run in the fresh process: argv[1] the checkout, the rest loopcheck's arguments
-RUN_CLI = """
+# code that makes a fresh process started in a checkout import loopcheck from that checkout: each package its
+# pyproject.toml maps, from the folder it maps it to (what an installed loopcheck is, left aside)
+FROM_CHECKOUT = """
 import importlib.util, pathlib, sys, tomllib
-root = pathlib.Path(sys.argv[1])
+root = pathlib.Path.cwd()
 mapping = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
 
 class Checkout:   # first on the meta path: the packages from the checkout, their modules through their __path__
@@ -30,8 +31,10 @@ class Checkout:   # first on the meta path: the packages from the checkout, thei
                                                       submodule_search_locations=[str(folder)])
 
 sys.meta_path.insert(0, Checkout)
+"""
+RUN_CLI = FROM_CHECKOUT + """
 from loopcheck.cli import main
-sys.exit(main(sys.argv[2:]))
+sys.exit(main(sys.argv[1:]))
 """
 
 @contextlib.contextmanager
@@ -47,9 +50,10 @@ def worktree(rev: str) -> Iterator[Path]:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], check=False)
 
 
-def cli_command(checkout: Path, args: list[str]) -> list[str]:
-    """The command that runs `loopcheck ARGS` as `checkout`'s code."""
-    return [sys.executable, "-c", RUN_CLI, str(checkout), *args]
+def cli_command(args: list[str]) -> list[str]:
+    """The command that, run in a checkout (its working folder), runs
+    `loopcheck ARGS` as that checkout's code."""
+    return [sys.executable, "-c", RUN_CLI, *args]
 
 
 def changed() -> bool:

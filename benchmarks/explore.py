@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.checkout import FROM_CHECKOUT
 from loopcheck.explorer.explore import explore
 from loopcheck.explorer.survey import survey
 from loopcheck.model.workload import Workload, load_workload
@@ -62,13 +62,8 @@ def larger() -> list[tuple[str, Workload, int]]:
     return [*out, ("five requests guarded", five_requests(), 6)]
 
 
-MEASURE = """
-import importlib.util, json, pathlib, statistics, sys, time
-for folder in ("model", "explorer"):   # this checkout's parts, under their installed names
-    spec = importlib.util.spec_from_file_location(f"loopcheck.{folder}", pathlib.Path(folder, "__init__.py"),
-                                                  submodule_search_locations=[str(pathlib.Path(folder).resolve())])
-    sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sys.modules[spec.name])
+MEASURE = FROM_CHECKOUT + """
+import json, statistics, time
 from loopcheck.explorer.survey import survey
 from loopcheck.model.workload import workload_from_json
 w, spread, workers = workload_from_json(json.load(sys.stdin)), int(sys.argv[1]), int(sys.argv[2])
@@ -87,8 +82,7 @@ def rate(w: Workload, spread: int, workers: int, checkout: Path = ROOT) -> tuple
     `checkout`'s own code (this one, or another version of loopcheck) explores
     it in a fresh process."""
     done = subprocess.run([sys.executable, "-c", MEASURE, str(spread), str(workers)], input=json.dumps(w.to_json()),
-                          cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)}, capture_output=True,
-                          text=True, check=True)
+                          cwd=checkout, capture_output=True, text=True, check=True)
     states, explored, per_second = json.loads(done.stdout)
     return states, explored, per_second
 

@@ -27,7 +27,7 @@ def prove(checkout: Path, workers: int | None) -> tuple[list[dict], float]:
     its wall seconds."""
     args = ["prove", "--no-cache", "--json"] + (["--workers", str(workers)] if workers else [])
     start = time.perf_counter()
-    done = subprocess.run(cli_command(checkout, args), capture_output=True, text=True, cwd=checkout)
+    done = subprocess.run(cli_command(args), capture_output=True, text=True, cwd=checkout)
     seconds = time.perf_counter() - start
     if done.returncode not in (0, 1):
         sys.exit(f"benchmarks.prove: {checkout}: loopcheck prove exited {done.returncode}: {done.stderr[-500:]}")

@@ -1,8 +1,9 @@
 """A command's parts as tasks of a Ray cluster (`--cluster`, docs/cluster.md):
 the parts run where the cluster has room, a part whose worker dies is run again
-(parts are deterministic, so a retry gives what the lost run would have), and
-the files a part writes come back to this machine with its result. Used by
-`explore --scope` (its parts) and `fuzz` (its campaigns)."""
+from the start (an exploration's part is deterministic, so its retry gives what
+the lost run would have; a fuzz campaign reruns from its seed with its whole
+budget), and the files a part writes come back to this machine with its result.
+Used by `explore --scope` (its parts) and `fuzz` (its campaigns)."""
 
 from __future__ import annotations
 

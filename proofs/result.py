@@ -68,7 +68,7 @@ def fresh_solver(timeout_ms: int) -> z3.Solver:
     values, solves equations for variables and eliminates unconstrained terms.
     It answers what the plain solver answers (each step keeps
     satisfiability, and a model is mapped back to the original variables), in
-    a fifth to an eighth of its time on these encodings (docs/benchmarks.md)."""
+    a fifth to an eighth of its time on these encodings (docs/bounds.md)."""
     solver = z3.Then("simplify", "propagate-values", "solve-eqs", "elim-uncnstr", "smt").solver()
     solver.set("timeout", timeout_ms)
     return solver
