@@ -28,6 +28,9 @@ def connect(address: str) -> Any:
         import ray
     except ImportError:
         raise WorkloadError(f"--cluster needs Ray, which is not installed: {INSTALL}") from None
+    if not hasattr(ray, "init"):   # (a folder named ray on the path, such as Ray's own /tmp/ray, imports as one)
+        raise WorkloadError(f"--cluster needs Ray, which is not installed (the folder {list(ray.__path__)[0]} is "
+                            f"not Ray): {INSTALL}")
     if address != "auto":
         probe(address)
     try:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -153,3 +154,16 @@ def test_a_part_whose_worker_is_killed_is_run_again(head: str, tmp_path: Path) -
     tally = json.loads(out.splitlines()[-1])["tally"]
     assert tally["complete"] and (tally["units"], tally["workloads"], tally["states"], tally["transitions"]) == (
         120, 38888, 19821, 43357)
+
+
+def test_a_folder_named_ray_is_not_taken_for_ray(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Without Ray installed, a folder named ray where Python looks (Ray's own
+    /tmp/ray, when run from /tmp) imports as an empty package: still the one
+    line naming the install command."""
+    folder = types.ModuleType("ray")   # (what importing a bare folder gives: a package with a path, nothing in it)
+    folder.__path__ = [str(tmp_path / "ray")]
+    monkeypatch.setitem(sys.modules, "ray", folder)
+    assert main(["explore", "--adapter", "model", "--scope", "tiny", "--cluster", "auto", "--out",
+                 str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"is not Ray): {INSTALL}" in err[0]
