@@ -42,6 +42,7 @@ from loopcheck.sut.code import code_paths
 from loopcheck.sut.protocol import SutFactory
 
 DEFAULT_REPLAYS = 400   # shrinking's work bound when the budget governs it
+ARRIVALS_SECONDS = 5.0   # how often a campaign takes the corpus entries the run's other campaigns kept
 
 BRANCHES = ("admit", "admit+prefix-hit", "resume", "resume+prefix-hit", "resume+snapshot-restore",
             "preempt+snapshot", "preempt+restart", "preempt+self", "rewind", "publish", "reject", "abort",
@@ -71,14 +72,15 @@ class Finding:
 @dataclass
 class CampaignResult:
     """A campaign's outcome: its findings in the order found (at most one
-    without keep-going), coverage, and the exit code of an interrupt that
-    stopped it."""
+    without keep-going), coverage, the exit code of an interrupt that
+    stopped it, and why it was lost where it was (its coverage then unknown)."""
 
     seed: int
     seconds: float
     stats: Stats
     findings: list[Finding] = field(default_factory=list)
     interrupted: int | None = None
+    lost: str | None = None   # why its worker or node died, for a campaign of a cluster run that did not end
 
     @property
     def violation(self) -> Violation | None:
@@ -151,8 +153,11 @@ def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None =
     """Replay the directed failures and the corpus the database kept, then run
     seeded batches, each followed by the rounds of the `guidance` (GUIDANCE;
     default `default_guidance`; the corpus's until they ran as many mutants as
-    a batch runs examples), until a property breaks or the budget is
-    spent; then shrink the failure and write it. With `keep_going`, each finding
+    a batch runs examples; and every ARRIVALS_SECONDS the corpus entries other
+    campaigns sharing the database kept since), until a property breaks or
+    the budget is spent; then shrink the failure and write it. With a `share`
+    (campaigns on several machines), a failure another campaign found first
+    is not shrunk again here (`Stats.found_elsewhere`). With `keep_going`, each finding
     is shrunk and written once and the search goes on with its signature (as
     found and as shrunk) ignored, until the budget is spent: every distinct bug,
     each in its own file. The budget covers all: shrinking stops at the budget
@@ -174,7 +179,8 @@ def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None =
     features = [name for name in ("lora", "spec") if getattr(shape_run, name) == ON]   # (those with config fields)
     strategy, sizes = config_strategy(mode, policy, pinned, features)
     start = time.monotonic()
-    hunt = Hunt(factory, run.checks, out, stats, start, open_database(run.db, out))
+    hunt = Hunt(factory, run.checks, out, stats, start,
+                open_database(run.db, out) if run.share is None else run.share.database())
     result = CampaignResult(seed_value, 0.0, stats)
     stats.deadline, stats.max_examples = start + budget_seconds, run.max_examples
     if progress:   # a line about every 2 s from the start (`Stats.clock`)
@@ -187,9 +193,14 @@ def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None =
         stats.corpus = Corpus(Limits(shape_run, pinned, caps.abort), derived_seed(seed_value, "corpus"),
                               hunt.database, CORPUS_KEY + system_name(factory).encode())
 
+    arrivals = [start + ARRIVALS_SECONDS]   # when the corpus next takes the entries other campaigns kept
+
     def guided_rounds() -> None:
         if director is not None:
             run_recorded(director.next_round(stats.deadline), hunt)
+        if stats.corpus is not None and hunt.found is None and time.monotonic() >= arrivals[0]:
+            arrivals[0] = time.monotonic() + ARRIVALS_SECONDS   # what the run's other campaigns kept since
+            run_recorded(((w, Counter()) for w in stats.corpus.arrived()), hunt)
         made = 0   # corpus rounds until they ran as many mutants as a batch runs examples
         while stats.corpus is not None and hunt.found is None and made < batch_examples and not stats.spent():
             mutants = stats.corpus.next_round()
@@ -212,12 +223,24 @@ def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None =
                     run_batches(machine, hunt, seed_value, batches, batch_examples, guided_rounds)
                 if hunt.found is None:
                     break
-                finding = finalise(hunt, result.findings, max_replays or DEFAULT_REPLAYS,
-                                   None if max_replays is not None else start + budget_seconds, progress)
-                result.findings.append(finding)
+                first = None if run.share is None else run.share.claim(hunt.found.signature, hunt.checks,
+                                                                        out / LAST_FAILURE)
+                shrunk_to: list[str] = []   # (the signature as shrunk, where this campaign shrank it)
+                if first is None:
+                    finding = finalise(hunt, result.findings, max_replays or DEFAULT_REPLAYS,
+                                       None if max_replays is not None else start + budget_seconds, progress)
+                    result.findings.append(finding)
+                    shrunk_to.append(finding.violation.signature)
+                    if run.share is not None:
+                        run.share.publish(finding)
+                else:   # another campaign found it first and shrinks it: not twice
+                    stats.found_elsewhere[hunt.found.signature] += 1
+                    (out / LAST_FAILURE).unlink(missing_ok=True)
+                    if progress:
+                        progress(f"{hunt.found.signature} again: {first} found it first and shrinks it")
                 if not keep_going or stats.spent():
                     break
-                hunt.checks = hunt.checks.ignoring(hunt.found.signature, finding.violation.signature)
+                hunt.checks = hunt.checks.ignoring(hunt.found.signature, *shrunk_to)
                 hunt.found, stats.failure_at = None, None
     except KeyboardInterrupt as exc:
         result.interrupted = exit_code(exc)
@@ -225,6 +248,8 @@ def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None =
             result.findings.append(kept_unshrunk(hunt, result.findings, "interrupted: the counterexample is not "
                                                                         "shrunk"))
     result.seconds = time.monotonic() - start
+    if run.share is not None:
+        stats.shared = Counter(run.share.calls)
     if stats.corpus is not None:
         stats.edges = frozenset(f[1] for f in stats.corpus.counts if f[0] == "edge")
         stats.guidance = {"corpus entries": len(stats.corpus.entries), "features": len(stats.corpus.counts),
@@ -237,11 +262,18 @@ def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None =
 def kept_unshrunk(hunt: Hunt, earlier: list[Finding], why: str) -> Finding:
     """The finding being handled, its file as found (not shrunk, for `why`)."""
     assert hunt.found is not None
-    path = numbered_path(hunt.out, hunt.found.prop, earlier)
-    (hunt.out / LAST_FAILURE).replace(path)
-    found = load_workload(path)
-    return Finding(recorded_violation(found), path, len(found.requests), hunt.stats.failure_at, hunt.checks,
-                   [why])
+    return unshrunk_finding(hunt.out, earlier, hunt.checks, hunt.stats.failure_at, why)
+
+
+def unshrunk_finding(out: Path, earlier: list[Finding], checks: CheckSet, failure_at: float | None,
+                     why: str) -> Finding:
+    """The failure found in `out` with `checks` (its file as found, LAST_FAILURE),
+    moved to its numbered file after those `earlier` and kept as it is (for `why`)."""
+    found = load_workload(out / LAST_FAILURE)
+    violation = recorded_violation(found)
+    path = numbered_path(out, violation.prop, earlier)
+    (out / LAST_FAILURE).replace(path)
+    return Finding(violation, path, len(found.requests), failure_at, checks, [why])
 
 
 def numbered_path(out: Path, prop: str, earlier: list[Finding]) -> Path:

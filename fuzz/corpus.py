@@ -58,8 +58,13 @@ def stored(database: ExampleDatabase, key: bytes, most: int | None = None) -> li
     value a workload file's JSON (loopcheck/workload@1, docs/checking.md);
     one that does not load (damaged, or written by another version) is
     skipped, and one warning line on stderr says how many and why the first."""
+    return loaded(sorted(database.fetch(key))[:most], key)
+
+
+def loaded(values: list[bytes], key: bytes) -> list[Workload]:
+    """The workloads of values saved under `key` (`stored`), in their order."""
     out, skipped = [], []
-    for value in sorted(database.fetch(key))[:most]:
+    for value in values:
         try:
             out.append(workload_from_json(json.loads(value)))
         except (WorkloadError, ValueError) as exc:   # (ValueError: not JSON, or not UTF-8)
@@ -95,6 +100,7 @@ class Corpus:
         self.rng = random.Random(seed)
         self.rounds = 0
         self.unserved: list[int] = []                 # entries that have not had their turn, oldest first
+        self.known: set[bytes] = set()                # entries in the database this campaign saved or took
 
     def note(self, workload: Workload, features: set[Feature], run: RunNotes | None = None) -> bool:
         """Count a run's features; keep its workload, with what its run did, if
@@ -113,7 +119,9 @@ class Corpus:
         for f in aimable:
             self.showing[f].append(index)
         if self.database is not None and self.key is not None:
-            self.database.save(self.key, json.dumps(workload.to_json(), sort_keys=True).encode())
+            value = json.dumps(workload.to_json(), sort_keys=True).encode()
+            self.known.add(value)
+            self.database.save(self.key, value)
         return True
 
     def saved(self) -> list[Workload]:
@@ -122,7 +130,24 @@ class Corpus:
         those outside this campaign's limits left out)."""
         if self.database is None or self.key is None:
             return []
-        return [w for w in stored(self.database, self.key, LOADED) if self.limits.allows(w)]
+        values = sorted(self.database.fetch(self.key))
+        self.known.update(values)   # (those past the first LOADED are not arrivals either)
+        return self.taken(values[:LOADED])
+
+    def arrived(self) -> list[Workload]:
+        """The entries other campaigns saved for this system (in the shared
+        database) since this one last looked (at most LOADED, the first in
+        sorted order; as `saved`): what every other campaign's runs showed first
+        guides this one too. None where nothing came."""
+        if self.database is None or self.key is None:
+            return []
+        return self.taken(sorted(set(self.database.fetch(self.key)) - self.known)[:LOADED])
+
+    def taken(self, values: list[bytes]) -> list[Workload]:
+        """The workloads of database `values`, noted as known, within the limits."""
+        self.known.update(values)
+        assert self.key is not None
+        return [w for w in loaded(values, self.key) if self.limits.allows(w)]
 
     def energy(self, entry: Entry) -> float:
         """How much an entry is worth mutating: the rarity of what it showed first."""

@@ -58,6 +58,8 @@ class Stats:
     refused: Counter = field(default_factory=Counter)   # why the system refused a request (`Refused`) -> requests
     ignored: Counter = field(default_factory=Counter)   # ignored finding's signature -> runs that broke it
     after_ignored: Counter = field(default_factory=Counter)   # signature -> runs it broke after an ignored finding
+    found_elsewhere: Counter = field(default_factory=Counter)   # signature -> finds after another campaign claimed it
+    shared: Counter = field(default_factory=Counter)   # kind -> calls the campaign made on its share (fuzz/share.py)
     separations: Counter = field(default_factory=Counter)    # signature -> runs tried to separate it (`separate`)
     separated: dict[str, Run] = field(default_factory=dict)   # signature + workload (JSON) -> the run that separated it
     failure_at: float | None = None   # seconds into the campaign of the failure being handled (None: none)

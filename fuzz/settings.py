@@ -10,6 +10,7 @@ from typing import Any
 
 from loopcheck.adapters.torch_sut import TorchSUT
 from loopcheck.checks.suite import CheckSet
+from loopcheck.fuzz.share import Share
 from loopcheck.fuzz.strategies import DEFAULT_SHAPE, Shape
 from loopcheck.sut.protocol import SutFactory
 
@@ -43,7 +44,9 @@ class CampaignSettings:
     exact work bound, for byte-identical files); `fixed` config fields pinned
     beyond those the system pins; `keep_going` (every distinct bug, not the
     first); `max_examples` (a work bound on the search); `guidance` (one of
-    fuzz.campaign.GUIDANCE; None: the default for the system)."""
+    fuzz.campaign.GUIDANCE; None: the default for the system); `share` what
+    the run's campaigns on other machines share with this one (fuzz/share.py;
+    its example database then replaces `db`)."""
 
     policy: str
     budget_seconds: float
@@ -60,3 +63,4 @@ class CampaignSettings:
     keep_going: bool = False
     max_examples: int | None = None
     guidance: str | None = None
+    share: Share | None = None

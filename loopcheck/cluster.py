@@ -1,9 +1,12 @@
 """A command's parts as tasks of a Ray cluster (`--cluster`, docs/cluster.md):
-the parts run where the cluster has room, a part whose worker dies is run again
-from the start (an exploration's part is deterministic, so its retry gives what
-the lost run would have; a fuzz campaign reruns from its seed with its whole
-budget), and the files a part writes come back to this machine with its result.
-Used by `explore --scope` (its parts) and `fuzz` (its campaigns)."""
+the parts run where the cluster has room, and the files a part writes come back
+to this machine with its result. A part whose worker dies is run again from the
+start where its command asks for retries (an exploration's part is
+deterministic, so its retry gives what the lost run would have); a command
+that keeps what a lost part left instead (a fuzz campaign's findings, through
+its hub: loopcheck/cluster_share.py) says what stands for its result. Used by
+`explore --scope` (its parts), `fuzz` (its campaigns) and `verify` (its
+campaigns)."""
 
 from __future__ import annotations
 
@@ -36,8 +39,7 @@ def connect(address: str) -> Any:
     try:
         ray.init(address=address, log_to_driver=True, logging_level="ERROR", configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise WorkloadError(f"--cluster {address}: no Ray cluster answers ({first}); start one with "
+        raise WorkloadError(f"--cluster {address}: no Ray cluster answers ({one_line(exc)}); start one with "
                             "`ray start --head`") from None
     return ray
 
@@ -60,16 +62,37 @@ def cluster_cpus(ray: Any) -> int:
     return int(ray.cluster_resources().get("CPU", 1))
 
 
-def in_tasks(ray: Any, fn: Callable[[Any], Any], jobs: Sequence[Any], folders: Sequence[Path]) -> list[Any]:
+def in_tasks(ray: Any, fn: Callable[[Any], Any], jobs: Sequence[Any], folders: Sequence[Path],
+             retries: int = RETRIES, lost: Callable[[int, str], Any] | None = None) -> list[Any]:
     """fn(job) for every job as a task of the connected cluster, the results in
     job order; what job k wrote in its own folder `folders[k]` (on whichever
-    node ran it) is written again in that folder here. Ctrl-C or SIGTERM
-    cancels every task; the driver disconnects either way."""
-    task = ray.remote(max_retries=RETRIES)(_shipped)
+    node ran it) is written again in that folder here. A job whose worker or
+    node dies is run again up to `retries` times; after that, `lost(k, why)`
+    stands for its result (without `lost`, the command fails). A job that
+    raises fails the command with its error (a WorkloadError, such as an
+    adapter a node cannot import, as one line). Ctrl-C or SIGTERM cancels every
+    task; the driver disconnects either way."""
+    from ray.exceptions import RayError, RayTaskError
+
+    task = ray.remote(max_retries=retries)(_shipped)
     here = os.getcwd()
     refs = [task.remote(fn, job, str(folder), here) for job, folder in zip(jobs, folders, strict=True)]
+    done: dict[int, tuple[Any, dict[str, bytes]]] = {}
     try:
-        done = ray.get(refs)
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            k = refs.index(ready[0])
+            try:
+                done[k] = ray.get(ready[0])
+            except RayTaskError as exc:   # (bad input met on a node is one line, as here; a bug, its traceback)
+                if isinstance(exc.cause, WorkloadError):
+                    raise WorkloadError(f"{exc.cause} (in a task of the cluster)") from None
+                raise
+            except RayError as exc:   # (its worker or node died, after its retries)
+                if lost is None:
+                    raise
+                done[k] = lost(k, one_line(exc)), {}
     except BaseException:
         for ref in refs:
             ray.cancel(ref, force=True)
@@ -77,13 +100,20 @@ def in_tasks(ray: Any, fn: Callable[[Any], Any], jobs: Sequence[Any], folders: S
     finally:
         ray.shutdown()
     results = []
-    for (result, files), folder in zip(done, folders, strict=True):
+    for k, folder in enumerate(folders):
+        result, files = done[k]
         for name, data in files.items():
             path = folder / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         results.append(result)
     return results
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an error's message (its type where it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _shipped(fn: Callable[[Any], Any], job: Any, folder: str, cwd: str) -> tuple[Any, dict[str, bytes]]:

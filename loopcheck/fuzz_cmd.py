@@ -9,13 +9,24 @@ import random
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from loopcheck.adapters.loader import capabilities_of, load_factory
 from loopcheck.campaign_report import write_report
 from loopcheck.cluster import cluster_cpus, connect, in_tasks
-from loopcheck.fuzz.campaign import BRANCHES, GUIDANCE, CampaignResult, Finding, main_progress, run_campaign
+from loopcheck.cluster_share import ClusterShare, open_hub
+from loopcheck.fuzz.campaign import (
+    BRANCHES,
+    GUIDANCE,
+    CampaignResult,
+    Finding,
+    main_progress,
+    run_campaign,
+    unshrunk_finding,
+)
 from loopcheck.fuzz.directed import WINDOWS
 from loopcheck.fuzz.grouping import group_findings
+from loopcheck.fuzz.machine import LAST_FAILURE, Stats
 from loopcheck.fuzz.seeds import derived_seed
 from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import Shape
@@ -61,14 +72,14 @@ def register(p: argparse.ArgumentParser) -> None:
 
 def _worker(job: tuple) -> CampaignResult:
     adapter, checks, policy, budget, seed_value, out, mode, db, shape, replays, keep_going, max_examples, guidance, \
-        label = job
+        label, share = job
 
     def progress(line: str) -> None:
         main_progress(f"{label}{line}")
 
     return run_campaign(CampaignSettings(
         policy, budget, seed_value, Path(out), mode, db, load_factory(adapter), checks, Shape.parse(shape),
-        max_replays=replays, keep_going=keep_going, max_examples=max_examples, guidance=guidance),
+        max_replays=replays, keep_going=keep_going, max_examples=max_examples, guidance=guidance, share=share),
         progress=progress if label is not None else None)
 
 
@@ -113,13 +124,17 @@ def run(args: argparse.Namespace) -> int:
     argv += ["--json"] if args.json else []
     argv += ["--shrink-replays", str(args.shrink_replays)] if args.shrink_replays is not None else []
     banner(seed_value, argv, sys.stderr)
+    db = args.db or str(Path(args.out) / "db")
+    hub = None if ray is None else open_hub(ray, db, Path(args.out))
     jobs = [(args.adapter, checks, args.policy, args.budget_seconds, derived_seed(seed_value, "worker", w),
-             str(Path(args.out) / f"w{w}"), configs, args.db or str(Path(args.out) / "db"), str(shape),
-             args.shrink_replays, args.keep_going, args.max_examples, args.guidance,
-             None if args.json else (f"w{w} " if workers > 1 else ""))
+             str(Path(args.out) / f"w{w}"), configs, db, str(shape), args.shrink_replays, args.keep_going,
+             args.max_examples, args.guidance, None if args.json else (f"w{w} " if workers > 1 else ""),
+             None if hub is None else ClusterShare(hub, f"w{w}", db if db.startswith("redis://") else None))
             for w in range(workers)]
     if ray is not None:
-        results = in_tasks(ray, _worker, jobs, [Path(args.out) / f"w{w}" for w in range(workers)])
+        folders = [Path(args.out) / f"w{w}" for w in range(workers)]
+        results = in_tasks(ray, _worker, jobs, folders, retries=0,
+                           lost=lambda k, why: lost_campaign(ray, hub, jobs[k][4], folders[k], why))
     else:
         results = [_worker(jobs[0])] if workers == 1 else in_processes(_worker, jobs, workers)
     groups = group_findings(distinct_findings(results), factory, checks)
@@ -147,6 +162,11 @@ def run(args: argparse.Namespace) -> int:
                              "replay": f"loopcheck replay {f.counterexample} --adapter {args.adapter} {f.checks}",
                              "reproduce": command_line(with_replays(argv, f.shrink_replays))} for f in findings],
         "bugs": [{"cause": g.cause, "signatures": g.signatures} for g in groups],
+        "found_elsewhere": [{"signature": signature, "finds": finds} for signature, finds in
+                            sorted(sum((r.stats.found_elsewhere for r in results), Counter()).items())],
+        "lost": [{"campaign": f"w{w}", "why": r.lost, "findings": len(r.findings)}
+                 for w, r in enumerate(results) if r.lost is not None],
+        "shared": dict(sorted(sum((r.stats.shared for r in results), Counter()).items())),
         "interrupted": any(r.interrupted is not None for r in results),
     }
     summary["report"] = str(write_report(Path(args.out), command_line(argv), summary, findings, factory))
@@ -173,6 +193,14 @@ def run(args: argparse.Namespace) -> int:
         if summary["after_ignored"]:
             print("not reported, as they came after an ignored finding in the same run: " + "; ".join(
                 f"{c['signature']} in {c['runs']} runs" for c in summary["after_ignored"]))
+        if summary["found_elsewhere"]:
+            print("found again by other campaigns and not shrunk twice: " + "; ".join(
+                f"{c['signature']} ({c['finds']} time{'s' if c['finds'] != 1 else ''})"
+                for c in summary["found_elsewhere"]))
+        for c in summary["lost"]:
+            print(f"LOST campaign {c['campaign']} ({c['why']}): its {c['findings']} finding"
+                  f"{'s' if c['findings'] != 1 else ''} before are kept, its examples not counted; the run "
+                  "finished with the other campaigns")
         if args.keep_going or len(groups) > 1:
             print(f"{len(groups)} distinct bug{'s' if len(groups) != 1 else ''} found ({len(findings)} "
                   f"signature{'s' if len(findings) != 1 else ''}; grouped by cause: docs/checking.md, \"One bug, "
@@ -200,6 +228,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"INTERRUPTED: the summary covers the run until then; {reproduce_line(argv)}", file=sys.stderr)
         return interrupted[0]
     return 1 if findings else 0
+
+
+def lost_campaign(ray: Any, hub: Any, seed_value: int, folder: Path, why: str) -> CampaignResult:
+    """What stands for a campaign whose worker or node died (`why`): the findings
+    it published, and the one it was shrinking kept as found (its file as
+    found is in its folder); its coverage is not known."""
+    findings, shrinking = ray.get(hub.left.remote(folder.name))
+    if shrinking is not None and (folder / LAST_FAILURE).exists():
+        findings.append(unshrunk_finding(folder, findings, shrinking, None,
+                                         "its campaign was lost while shrinking it: kept as found"))
+    return CampaignResult(seed_value, 0.0, Stats(), findings, lost=why)
 
 
 def distinct_findings(results: list[CampaignResult]) -> list[Finding]:

@@ -19,11 +19,13 @@ def add_adapter(p: argparse.ArgumentParser, default: str | None, default_text: s
                         f"(a callable Config -> SUT; see sut/protocol.py); default {default_text or default}")
 
 
-def add_cluster(p: argparse.ArgumentParser, what: str) -> None:
+def add_cluster(p: argparse.ArgumentParser, what: str, workers: bool = True) -> None:
+    """--cluster, to run `what` as tasks of a Ray cluster (`workers`: as many as
+    --workers says, by default the cluster's CPUs)."""
+    many = ", --workers of them (default: the cluster's CPUs)" if workers else ""
     p.add_argument("--cluster", metavar="auto|HOST:PORT",
                    help=f"run {what} as tasks of a Ray cluster (auto: RAY_ADDRESS or a head running here; "
-                        "HOST:PORT: that head's address), --workers of them (default: the cluster's CPUs); needs "
-                        "the ray extra (docs/cluster.md)")
+                        f"HOST:PORT: that head's address){many}; needs the ray extra (docs/cluster.md)")
 
 
 def add_check_mode(p: argparse.ArgumentParser) -> None:

@@ -15,9 +15,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from loopcheck.checks.suite import CheckSet
+from loopcheck.cluster import connect, in_tasks
 from loopcheck.explorer.certificate import certificate_from_json
 from loopcheck.explorer.scope import PRESETS
 from loopcheck.explorer.scoped import Limits
@@ -25,7 +28,7 @@ from loopcheck.explorer.survey import survey
 from loopcheck.fuzz.campaign import main_progress, run_campaign
 from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.model.workload import load_workload
-from loopcheck.options import add_adapter, add_proof_cache, proof_cache_of
+from loopcheck.options import add_adapter, add_cluster, add_proof_cache, proof_cache_of
 from loopcheck.proofs.cache import ProofCache
 from loopcheck.proofs.obligations import ProofPlan, run_all
 from loopcheck.report import banner, checks_not_run, not_run_line, table
@@ -49,6 +52,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="folder for counterexamples (default: a temporary folder)")
     add_proof_cache(p)
     add_adapter(p, "torch")
+    add_cluster(p, "the fuzz campaigns (and another system's exploration)", workers=False)
 
 
 Row = list[object]
@@ -93,17 +97,26 @@ def explore_rows() -> list[Row]:
 FUZZ_ROWS = (("guarded", "regression"), ("guarded", "random"), ("unguarded", "regression"))
 
 
-def fuzz_rows(seconds: float, seed_value: int, out: Path, max_examples: int | None) -> list[Row]:
+def fuzz_rows(seconds: float, seed_value: int, out: Path, max_examples: int | None, ray: Any = None) -> list[Row]:
     """The guarded campaigns run `seconds` (or `max_examples`) each and must stay
     clean; the unguarded one must find the livelock, within LIVELOCK_SEARCH times
     as long (a time box of `seconds` missed it for a few percent of seeds, more
     on a loaded machine; it stops at the first livelock, so this costs time only
-    then). The three are independent and run at once, each in a process of its
-    own; the rows come in this order whatever finishes first."""
+    then). The three are independent and run at once (`in_parallel`); the rows
+    come in this order whatever finishes first."""
     from loopcheck.engine import llm_engine  # noqa: F401  (imported once, with torch, for the forked workers to share)
 
     jobs = [(policy, mode, seconds, seed_value, out, max_examples) for policy, mode in FUZZ_ROWS]
-    return in_processes(fuzz_row, jobs, len(jobs), fork=True)
+    return in_parallel(fuzz_row, jobs, [out / f"{policy}-{mode}" for policy, mode in FUZZ_ROWS], ray)
+
+
+def in_parallel(fn: Callable[[Any], Any], jobs: list[Any], folders: list[Path], ray: Any) -> list[Any]:
+    """fn(job) for every job at once: as tasks of the connected cluster `ray`
+    (job k's files in `folders[k]` come back here), or else in a forked
+    process each; the results in job order."""
+    if ray is not None:
+        return in_tasks(ray, fn, jobs, folders)
+    return in_processes(fn, jobs, len(jobs), fork=True)
 
 
 def fuzz_row(job: tuple[str, str, float, int, Path, int | None]) -> Row:
@@ -131,30 +144,43 @@ def fuzz_row(job: tuple[str, str, float, int, Path, int | None]) -> Row:
             f"{result.seconds:.2f}"]
 
 
-def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path, max_examples: int | None
-                 ) -> tuple[list[Row], str]:
-    """Property-mode campaigns on another system: random configs it supports, with
-    and without priority preemption; and the line that says which checks did not
-    run, in how many runs, and why."""
+AdapterRow = tuple[Row, Counter, int]   # a row, and the checks that did not run (why -> runs) in its runs
+
+
+def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path, max_examples: int | None,
+                 ray: Any = None) -> tuple[list[Row], str]:
+    """Property-mode campaigns on another system, random configs it supports,
+    with and without priority preemption, and every workload of the tiny scope
+    explored, the three at once (`in_parallel`); and the line that says which
+    checks did not run, in how many runs, and why."""
+    jobs: list[tuple] = [(adapter, seconds, seed_value, out, max_examples, preempt) for preempt in (True, False)]
+    folders = [out / f"preemption-{preempt}" for preempt in (True, False)] + [out / "explore-tiny"]
+    done: list[AdapterRow] = in_parallel(adapter_row, [*jobs, (adapter, out)], folders, ray)
+    not_run = sum((n for _, n, _ in done), Counter())
+    runs = sum(r for _, _, r in done)
+    return [row for row, _, _ in done], not_run_line(checks_not_run(not_run), runs) if not_run else ""
+
+
+def adapter_row(job: tuple) -> AdapterRow:
+    """One job of `adapter_rows`: a campaign (adapter, seconds, seed, out,
+    max_examples, priority preemption on), or the tiny scope (adapter, out)."""
+    if len(job) == 2:
+        return scope_row(*job), Counter(), 0
+    adapter, seconds, seed_value, out, max_examples, preempt = job
     from loopcheck.options import factory_of
 
-    rows: list[Row] = []
-    not_run: Counter = Counter()
-    runs = 0
     factory = factory_of(argparse.Namespace(adapter=adapter))
-    for preempt in (True, False):
-        label = f"properties, random configs, priority preemption {'on' if preempt else 'off'}"
-        main_progress(f"  fuzz {adapter}: {label} for {seconds:g}s ...")
-        result = run_campaign(CampaignSettings(
-            "guarded", seconds, seed_value, out / f"preemption-{preempt}", "random", factory=factory,
-            checks=CheckSet("property"), fixed={"priority_preemption": preempt}, max_examples=max_examples),
-            progress=main_progress)
-        v = result.violation
-        status = f"clean: {result.stats.examples} examples" if v is None else f"{v.prop}: {result.counterexample}"
-        rows.append([label, "fuzz", status, "ok" if v is None else "FAIL", f"{result.seconds:.2f}"])
-        not_run += result.stats.not_run
-        runs += result.stats.examples
-    return rows + [scope_row(adapter, out)], not_run_line(checks_not_run(not_run), runs) if not_run else ""
+    label = f"properties, random configs, priority preemption {'on' if preempt else 'off'}"
+    main_progress(f"  fuzz {adapter}: {label} for {seconds:g}s ...")
+    result = run_campaign(CampaignSettings(
+        "guarded", seconds, seed_value, out / f"preemption-{preempt}", "random", factory=factory,
+        checks=CheckSet("property"), fixed={"priority_preemption": preempt}, max_examples=max_examples),
+        progress=lambda line: main_progress(f"  fuzz {adapter} (priority preemption {'on' if preempt else 'off'}): "
+                                            f"{line.strip()}"))
+    v = result.violation
+    status = f"clean: {result.stats.examples} examples" if v is None else f"{v.prop}: {result.counterexample}"
+    return ([label, "fuzz", status, "ok" if v is None else "FAIL", f"{result.seconds:.2f}"], result.stats.not_run,
+            result.stats.examples)
 
 
 def scope_row(adapter: str, out: Path) -> Row:
@@ -188,14 +214,16 @@ def run(args: argparse.Namespace) -> int:
     argv += ["--max-examples", str(args.max_examples)] if args.max_examples is not None else []
     argv += ["--out", args.out] if args.out else []
     argv += ["--no-cache"] if args.no_cache else ["--cache", args.cache] if args.cache else []
+    argv += ["--cluster", args.cluster] if args.cluster else []
     banner(seed_value, argv)
+    ray = connect(args.cluster) if args.cluster else None
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="loopcheck-verify-"))
     not_run = ""
     if args.adapter == "torch":
         rows = (prove_rows(proof_cache_of(args)) + explore_rows()
-                + fuzz_rows(args.fuzz_seconds, seed_value, out, args.max_examples))
+                + fuzz_rows(args.fuzz_seconds, seed_value, out, args.max_examples, ray))
     else:
-        rows, not_run = adapter_rows(args.adapter, args.fuzz_seconds, seed_value, out, args.max_examples)
+        rows, not_run = adapter_rows(args.adapter, args.fuzz_seconds, seed_value, out, args.max_examples, ray)
     print(table(["obligation", "tool", "result", "", "seconds"], rows))
     if not_run:
         print(not_run)

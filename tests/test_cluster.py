@@ -11,29 +11,29 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from benchmarks.local_cluster import local_cluster
+from loopcheck.checks.counterexample import write_counterexample
+from loopcheck.checks.suite import CheckSet, checks_for
 from loopcheck.cli import main
 from loopcheck.cluster import INSTALL
+from loopcheck.cluster_share import Hub
+from loopcheck.driver.driver import run_workload
+from loopcheck.fuzz.machine import LAST_FAILURE
+from loopcheck.fuzz_cmd import lost_campaign
+from tests.helpers import req, workload
+from tests.toy_scheduler import PINNED, leaky
 
 TOY = "tests/toy_scheduler.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,20 +42,8 @@ def head() -> Iterator[str]:
     own temporary folder, and a node joining it), the head's address; both
     stopped after."""
     pytest.importorskip("ray", reason=f"the ray extra is not installed: {INSTALL}")
-    ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
-    assert ray is not None
-    port = free_port()
-    temp = tempfile.mkdtemp(prefix="lcray", dir="/tmp")   # (short: Ray's socket paths must fit 107 bytes)
-    try:
-        subprocess.run([ray, "start", "--head", "--num-cpus", "1", "--port", str(port), "--node-ip-address",
-                        "127.0.0.1", "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp],
-                       check=True, capture_output=True, timeout=120)
-        subprocess.run([ray, "start", "--address", f"127.0.0.1:{port}", "--num-cpus", "1", "--node-ip-address",
-                        "127.0.0.1", "--disable-usage-stats"], check=True, capture_output=True, timeout=120)
-        yield f"127.0.0.1:{port}"
-    finally:
-        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120)
-        shutil.rmtree(temp, ignore_errors=True)
+    with local_cluster((1, 1)) as address:
+        yield address
 
 
 def certificate(out: Path) -> dict:
@@ -94,6 +82,104 @@ def test_a_campaign_per_cpu_of_the_cluster_finds_both_planted_bugs(head: str, tm
         path = Path(entry["file"])
         assert path.is_file() and tmp_path in path.parents
         assert main(["replay", str(path), "--adapter", f"{TOY}:leaky_over_slots", "--check", "property"]) == 1
+    # each bug shrunk and written by the one campaign that found it first (found again by the other: not twice)
+    assert sorted(p.name for p in tmp_path.glob("w*/counterexample-*.json")) == sorted(
+        Path(entry["file"]).name for entry in summary["counterexamples"])
+
+
+def test_with_a_redis_database_the_campaigns_use_it_themselves(head: str, redis_url: str, tmp_path: Path,
+                                                                capsys) -> None:
+    """`--db redis://` on a cluster: the campaigns read and write the Redis
+    database themselves (no database call goes through the hub); claims still
+    do, so each bug is shrunk once."""
+    import redis
+
+    assert main(["fuzz", "--adapter", f"{TOY}:leaky_over_slots", "--keep-going", "--max-examples", "200", "--seed",
+                 "2", "--out", str(tmp_path), "--json", "--cluster", head, "--db", redis_url]) == 1
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert set(summary["shared"]) <= {"claim", "publish"} and summary["shared"]["claim"] >= 2
+    assert redis.Redis.from_url(redis_url).dbsize() > 0 and not (tmp_path / "db").exists()
+    assert len(list(tmp_path.glob("w*/counterexample-*.json"))) == len(summary["counterexamples"]) == 2
+
+
+def test_verify_on_a_cluster(head: str, tmp_path: Path, capsys) -> None:
+    """`verify --cluster` on another system: its campaigns and its exploration as
+    tasks; a clean system passes, a buggy one fails with its files here."""
+    argv = ["verify", "--fuzz-seconds", "600", "--seed", "1", "--cluster", head]
+    assert main([*argv, "--adapter", f"{TOY}:ToyScheduler", "--max-examples", "40", "--out",
+                 str(tmp_path / "clean")]) == 0
+    out = capsys.readouterr().out
+    assert "VERDICT: PASS" in out and out.count(" ok ") == 3
+    assert {p.name for p in (tmp_path / "clean").iterdir()} == {"preemption-True", "preemption-False", "explore-tiny"}
+    assert main([*argv, "--adapter", f"{TOY}:leaky_over_slots", "--max-examples", "300", "--out",
+                 str(tmp_path / "buggy")]) == 1
+    out = capsys.readouterr().out
+    files = [Path(word) for word in out.split() if word.endswith(".json")]
+    assert "VERDICT: FAIL (3 of 3 checks)" in out and len(files) == 3 and all(f.is_file() for f in files)
+
+
+def test_a_campaign_whose_worker_is_killed_keeps_what_it_found(head: str, tmp_path: Path) -> None:
+    """SIGKILL to a campaign's worker once findings are written: they stay in the
+    output folder and in the summary, the run ends with the other campaign, and
+    the summary names the lost one."""
+    before: dict[Path, bytes] = {}
+
+    def findings_written() -> bool:
+        before.update({path: path.read_bytes() for path in tmp_path.glob("w*/counterexample-*.json")})
+        return bool(before)
+
+    code, out = run_killing_a_task(["fuzz", "--adapter", f"{TOY}:leaky_over_slots", "--keep-going", "--budget-seconds",
+                                    "15", "--seed", "3", "--out", str(tmp_path), "--json", "--cluster", head],
+                                   findings_written)
+    assert code == 1
+    summary = json.loads(out.splitlines()[-1])
+    assert [lost["campaign"] for lost in summary["lost"]] in (["w0"], ["w1"]) and "died" in summary["lost"][0]["why"]
+    assert all(path.read_bytes() == data for path, data in before.items())
+    assert {str(path) for path in before} <= {entry["file"] for entry in summary["counterexamples"]}
+    assert summary["examples"] > 0   # (the other campaign's)
+
+
+def test_a_task_that_meets_bad_input_on_its_node_is_one_line(head: str, tmp_path: Path, capsys) -> None:
+    """An adapter that imports here but not in a task (as one a node lacks a
+    driver for): one error line, exit 2, not a hang or a remote traceback."""
+    adapter = tmp_path / "adapter.py"
+    adapter.write_text("import ray\nfrom loopcheck.sut.model_sut import ModelSUT\n\nif ray.is_initialized():\n"
+                       "    raise RuntimeError('no GPU driver on this node')\nfactory = ModelSUT\n")
+    assert main(["fuzz", "--adapter", f"{adapter}:factory", "--budget-seconds", "5", "--out", str(tmp_path / "out"),
+                 "--cluster", head]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"loopcheck fuzz: error: --adapter: cannot import '{adapter}': RuntimeError: no GPU driver on "
+                       "this node (in a task of the cluster)")
+
+
+def test_the_hub_gives_a_signature_to_the_first_campaign_and_keeps_what_a_lost_one_found(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    """The hub (without Ray: its methods as the actor runs them): the first claim
+    of a signature wins and writes the file as found; a second names the first;
+    a published finding replaces its file as found; a campaign lost while
+    shrinking leaves its finding as found, kept unshrunk."""
+    monkeypatch.chdir(tmp_path)
+    found = run_workload(workload(req("a", 2, 2), num_blocks=5, block_size=2, max_num_seqs=1,
+                                  max_num_batched_tokens=4, prefill_chunk_size=4, **PINNED), leaky,
+                         checks_for("property"))
+    assert found.violation is not None
+    w1 = Path("out/w1")
+    write_counterexample(w1 / LAST_FAILURE, found.driver.workload(), found.violation, found.driver.trace, "test")
+    hub = Hub(str(tmp_path), None, "out")
+    checks = CheckSet("property")
+    data = (w1 / LAST_FAILURE).read_bytes()
+    assert hub.claim(found.violation.signature, "w1", checks, str(w1 / LAST_FAILURE), data) is None
+    assert hub.claim(found.violation.signature, "w0", checks, "out/w0/x.json", b"") == "w1"
+    assert not Path("out/w0").exists()
+    ray = types.SimpleNamespace(get=lambda value: value)
+    handle = types.SimpleNamespace(left=types.SimpleNamespace(remote=hub.left))
+    lost = lost_campaign(ray, handle, 7, w1, "its worker died")
+    assert lost.lost == "its worker died" and lost.seed == 7 and len(lost.findings) == 1
+    (kept,) = lost.findings
+    assert kept.counterexample == w1 / "counterexample-kv-conservation.json" and kept.counterexample.is_file()
+    assert kept.notes == ["its campaign was lost while shrinking it: kept as found"]
+    hub.publish("w1", kept, kept.counterexample.read_bytes(), str(w1 / LAST_FAILURE))
+    assert hub.left("w1") == ([kept], None) and hub.left("w0") == ([], None)
 
 
 @pytest.mark.parametrize("address, message", [
@@ -128,29 +214,43 @@ def task_processes() -> list[int]:
     return found
 
 
-@pytest.mark.slow   # (45 s: a minute-long exploration on the cluster)
-def test_a_part_whose_worker_is_killed_is_run_again(head: str, tmp_path: Path) -> None:
-    """SIGKILL to the worker running a part, mid-exploration: the part runs again
-    and the run ends with the certificate it would have given (the small
-    preset's pinned counts on minisched, docs/benchmarks.md)."""
-    proc = subprocess.Popen([sys.executable, "-m", "loopcheck.cli", "explore", "--adapter",
-                             "examples/adapter/minisched_adapter.py:MiniSchedSUT", "--scope", "small", "--cluster",
-                             head, "--out", str(tmp_path), "--json"], stdout=subprocess.PIPE,
+def run_killing_a_task(argv: list[str], ready: Callable[[], bool]) -> tuple[int, str]:
+    """`loopcheck ARGV` in a process of its own and, once `ready()` holds (within
+    120 s), SIGKILL to one of the Ray workers running a task; its exit code and
+    standard output."""
+    proc = subprocess.Popen([sys.executable, "-m", "loopcheck.cli", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not task_processes() and time.monotonic() < deadline and proc.poll() is None:
+        while not ready() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-        time.sleep(2)   # (well into the part)
         victims = task_processes()
-        assert victims, "no task was seen running"
+        assert proc.poll() is None and victims, "no task was seen running"
         os.kill(victims[0], signal.SIGKILL)
         out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 0
+    return proc.returncode, out
+
+
+@pytest.mark.slow   # (45 s: a minute-long exploration on the cluster)
+def test_a_part_whose_worker_is_killed_is_run_again(head: str, tmp_path: Path) -> None:
+    """SIGKILL to the worker running a part, mid-exploration: the part runs again
+    and the run ends with the certificate it would have given (the small
+    preset's pinned counts on minisched, docs/benchmarks.md)."""
+    seen: list[float] = []
+
+    def two_seconds_into_a_part() -> bool:
+        if not seen and task_processes():
+            seen.append(time.monotonic())
+        return bool(seen) and time.monotonic() - seen[0] >= 2
+
+    code, out = run_killing_a_task(["explore", "--adapter", "examples/adapter/minisched_adapter.py:MiniSchedSUT",
+                                    "--scope", "small", "--cluster", head, "--out", str(tmp_path), "--json"],
+                                   two_seconds_into_a_part)
+    assert code == 0
     tally = json.loads(out.splitlines()[-1])["tally"]
     assert tally["complete"] and (tally["units"], tally["workloads"], tally["states"], tally["transitions"]) == (
         120, 38888, 19821, 43357)

@@ -310,6 +310,24 @@ def test_the_corpus_keeps_what_is_new_and_aims_at_what_is_rare() -> None:
     assert corpus.target() in (("edge", "rare"), ("edge", "common"))
 
 
+def test_what_other_campaigns_keep_arrives_mid_run(tmp_path: Path) -> None:
+    """Two campaigns' corpora on one shared database: what one keeps arrives at
+    the other when it next looks (once), never at the one that kept it; entries
+    outside a campaign's limits stay out of it."""
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    database, key = DirectoryBasedExampleDatabase(str(tmp_path)), b"loopcheck:corpus:test"
+    one, other = (Corpus(Limits(Shape(), PINNED), seed=s, database=database, key=key) for s in (1, 2))
+    assert one.saved() == other.saved() == [] and other.arrived() == []
+    w = Workload(CFG, (RequestSpec("a", (1, 2, 3), 2),))
+    assert one.note(w, {("edge", "x")})
+    assert one.arrived() == [] and other.arrived() == [w] and other.arrived() == []
+    stop_out_of_vocabulary = Workload(CFG, (RequestSpec("b", (1, 2), 3, stop_token=64),))
+    assert not Limits(Shape(), PINNED).allows(stop_out_of_vocabulary)
+    one.note(stop_out_of_vocabulary, {("edge", "y")})
+    assert other.arrived() == []
+
+
 def test_a_new_entry_gets_the_next_round_newest_first(monkeypatch) -> None:
     """Every entry has half a round to itself, the newest first, before any
     round aimed at a feature; then none is left waiting for its turn."""
