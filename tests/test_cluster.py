@@ -1,9 +1,11 @@
-"""Exploration and fuzzing on a real Ray cluster (`--cluster`, docs/cluster.md):
-a head and a second node started on 127.0.0.1 by the test (`ray start --head`,
-`ray start --address`, never Ray's local mode) and stopped after; an
-exploration's parts run as tasks and combine into the certificate a single
-process gives, with the counterexample files back on this machine; a part whose
-worker is killed runs again; a fuzz campaign per CPU finds what one finds;
+"""Exploration, fuzzing and verify on a real Ray cluster (`--cluster`,
+docs/cluster.md): a head and a second node started on 127.0.0.1 by the test
+(`ray start --head`, `ray start --address`, never Ray's local mode) and stopped
+after; an exploration's parts run as tasks and combine into the certificate a
+single process gives, with the counterexample files back on this machine; a
+part whose worker is killed runs again; a fuzz campaign per CPU, sharing a
+database and the bugs found through the hub (or Redis), each bug shrunk once;
+a campaign whose worker is killed keeps what it found; Ctrl-C stops every task;
 bad input, a missing Ray and a cluster that does not answer are one line,
 exit 2."""
 
@@ -123,11 +125,7 @@ def test_a_campaign_whose_worker_is_killed_keeps_what_it_found(head: str, tmp_pa
     output folder and in the summary, the run ends with the other campaign, and
     the summary names the lost one."""
     before: dict[Path, bytes] = {}
-
-    def findings_written() -> bool:
-        before.update({path: path.read_bytes() for path in tmp_path.glob("w*/counterexample-*.json")})
-        return bool(before)
-
+    findings_written = findings_in(tmp_path, before)
     code, out = run_killing_a_task(["fuzz", "--adapter", f"{TOY}:leaky_over_slots", "--keep-going", "--budget-seconds",
                                     "15", "--seed", "3", "--out", str(tmp_path), "--json", "--cluster", head],
                                    findings_written)
@@ -214,25 +212,58 @@ def task_processes() -> list[int]:
     return found
 
 
+def findings_in(out: Path, kept: dict[Path, bytes]) -> Callable[[], bool]:
+    """Whether a campaign has written counterexamples in `out` yet; their bytes
+    noted in `kept` each time it is asked."""
+    def written() -> bool:
+        kept.update({path: path.read_bytes() for path in out.glob("w*/counterexample-*.json")})
+        return bool(kept)
+    return written
+
+
 def run_killing_a_task(argv: list[str], ready: Callable[[], bool]) -> tuple[int, str]:
     """`loopcheck ARGV` in a process of its own and, once `ready()` holds (within
     120 s), SIGKILL to one of the Ray workers running a task; its exit code and
     standard output."""
+    return run_and_strike(argv, ready, lambda proc: os.kill(task_processes()[0], signal.SIGKILL))
+
+
+def run_and_strike(argv: list[str], ready: Callable[[], bool], strike: Callable[[subprocess.Popen], None]
+                   ) -> tuple[int, str]:
+    """`loopcheck ARGV` in a process of its own and, once `ready()` holds (within
+    120 s) while a task runs, `strike(the process)`; its exit code and standard
+    output."""
     proc = subprocess.Popen([sys.executable, "-m", "loopcheck.cli", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     try:
         deadline = time.monotonic() + 120
         while not ready() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-        victims = task_processes()
-        assert proc.poll() is None and victims, "no task was seen running"
-        os.kill(victims[0], signal.SIGKILL)
+        assert proc.poll() is None and task_processes(), "no task was seen running"
+        strike(proc)
         out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     return proc.returncode, out
+
+
+def test_ctrl_c_on_the_driver_stops_the_tasks_and_keeps_the_files(head: str, tmp_path: Path) -> None:
+    """SIGINT to the driver of a fuzz run on the cluster, once findings are
+    written: exit 130 at once, every task stopped, the files kept."""
+    before: dict[Path, bytes] = {}
+    findings_written = findings_in(tmp_path, before)
+    start = time.monotonic()
+    code, _ = run_and_strike(["fuzz", "--adapter", f"{TOY}:leaky_over_slots", "--keep-going", "--budget-seconds",
+                              "300", "--seed", "3", "--out", str(tmp_path), "--cluster", head], findings_written,
+                             lambda proc: proc.send_signal(signal.SIGINT))
+    assert code == 130 and time.monotonic() - start < 120
+    assert all(path.read_bytes() == data for path, data in before.items())
+    deadline = time.monotonic() + 30
+    while task_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert task_processes() == []
 
 
 @pytest.mark.slow   # (45 s: a minute-long exploration on the cluster)
