@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=30.0, help="each fuzz run's budget")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    with nullcontext(args.cluster) if args.cluster else local_cluster((1, 1)) as address:
+    with nullcontext(args.cluster) if args.cluster else local_cluster((1, 1)) as cluster:
+        address = cluster if isinstance(cluster, str) else cluster.address
         tasks = task_costs(address, args.adapter)
         campaigns = campaign_costs(address, args.adapter, args.seconds, args.seed)
         shared = campaigns["cluster"]["shared"]

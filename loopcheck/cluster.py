@@ -20,13 +20,17 @@ from loopcheck.model.errors import WorkloadError
 
 INSTALL = "python3 -m pip install -c constraints.txt -e '.[ray]'"
 PROBE_SECONDS = 5.0   # for a head at HOST:PORT to accept a connection
+CLIENT = "ray://"     # an address of a head's Ray Client server (the driver outside the cluster)
+POLL_SECONDS = 0.5    # how often the driver hears from a command's `poll` while its tasks run
 RETRIES = 3   # runs of a part whose worker died (a node lost, a process killed) before the command fails
 
 
 def connect(address: str) -> Any:
     """The `ray` module, connected as a driver to the cluster at `address`
-    (auto: RAY_ADDRESS or a head running on this machine; HOST:PORT: that head);
-    WorkloadError, one line, when Ray is not installed or no cluster answers."""
+    (auto: RAY_ADDRESS or a head running on this machine; HOST:PORT: that head,
+    this machine a node of it; ray://HOST:PORT: that head's Ray Client server,
+    from a machine outside the cluster); WorkloadError, one line, when Ray is
+    not installed or no cluster answers."""
     try:
         import ray
     except ImportError:
@@ -45,11 +49,12 @@ def connect(address: str) -> Any:
 
 
 def probe(address: str) -> None:
-    """WorkloadError, one line, unless something listens at HOST:PORT within
-    PROBE_SECONDS (Ray itself would keep trying to reach it for minutes)."""
-    host, _, port = address.rpartition(":")
+    """WorkloadError, one line, unless something listens at [ray://]HOST:PORT
+    within PROBE_SECONDS (Ray itself would keep trying to reach it for minutes)."""
+    host, _, port = address.removeprefix(CLIENT).rpartition(":")
     if not host or not port.isdigit():
-        raise WorkloadError(f"--cluster {address}: expected auto or HOST:PORT (a Ray head's address)")
+        raise WorkloadError(f"--cluster {address}: expected auto, HOST:PORT or ray://HOST:PORT (a Ray head's "
+                            "address)")
     try:
         socket.create_connection((host, int(port)), timeout=PROBE_SECONDS).close()
     except OSError as exc:
@@ -63,12 +68,15 @@ def cluster_cpus(ray: Any) -> int:
 
 
 def in_tasks(ray: Any, fn: Callable[[Any], Any], jobs: Sequence[Any], folders: Sequence[Path],
-             retries: int = RETRIES, lost: Callable[[int, str], Any] | None = None) -> list[Any]:
+             retries: int = RETRIES, lost: Callable[[int, str], Any] | None = None,
+             poll: Callable[[], None] = lambda: None) -> list[Any]:
     """fn(job) for every job as a task of the connected cluster, the results in
     job order; what job k wrote in its own folder `folders[k]` (on whichever
     node ran it) is written again in that folder here. A job whose worker or
     node dies is run again up to `retries` times; after that, `lost(k, why)`
-    stands for its result (without `lost`, the command fails). A job that
+    stands for its result (without `lost`, the command fails). `poll()` is
+    called every POLL_SECONDS while tasks run and as each ends, before its
+    result is taken (for what a command delivers as it is written). A job that
     raises fails the command with its error (a WorkloadError, such as an
     adapter a node cannot import, as one line). Ctrl-C or SIGTERM cancels every
     task; the driver disconnects either way."""
@@ -81,7 +89,10 @@ def in_tasks(ray: Any, fn: Callable[[Any], Any], jobs: Sequence[Any], folders: S
     try:
         pending = list(refs)
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=POLL_SECONDS)
+            poll()
+            if not ready:
+                continue
             k = refs.index(ready[0])
             try:
                 done[k] = ray.get(ready[0])

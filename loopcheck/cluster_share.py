@@ -1,9 +1,11 @@
 """What a fuzz run's campaigns share on a Ray cluster (fuzz/share.py, docs/cluster.md):
-one actor, the hub, on the driver's machine and in its working folder. It holds the
-run's example database (the one `--db` names, opened there: Hypothesis' examples,
-the corpus, directed failures), the signatures found and which campaign claimed
-each, and it writes each finding's files into the run's output folder the moment
-a campaign sends them, wherever the campaign runs."""
+one actor, the hub, on the driver's node (where the driver is one; in the driver's
+working folder where that node has it). It holds the run's example database (the
+one `--db` names, opened there: Hypothesis' examples, the corpus, directed
+failures), the signatures found and which campaign claimed each, and each
+finding's files until the driver takes them (`Hub.take`, asked twice a second),
+so that they reach the run's output folder here as they are written, wherever
+the campaign runs."""
 
 from __future__ import annotations
 
@@ -18,7 +20,16 @@ from hypothesis.database import ExampleDatabase
 
 from loopcheck.checks.suite import CheckSet
 from loopcheck.fuzz.campaign import Finding, open_database
-from loopcheck.fuzz.machine import LAST_FAILURE
+
+
+@dataclass(frozen=True)
+class AsFound:
+    """A claimed failure not yet published: the checks it was found with, the
+    path of its file as found and that file's bytes."""
+
+    checks: CheckSet
+    path: str
+    data: bytes
 
 
 class Hub:
@@ -26,11 +37,13 @@ class Hub:
     campaign's published findings and the checks of the one it is shrinking."""
 
     def __init__(self, cwd: str, db: str | None, out: str) -> None:
-        os.chdir(cwd)   # (the campaigns name their files relative to the driver's working folder)
+        if Path(cwd).is_dir():   # (a folder database named relative to the driver's working folder)
+            os.chdir(cwd)
         self.database = open_database(db, Path(out))
         self.claims: dict[str, str] = {}               # signature -> the campaign that found it first
-        self.shrinking: dict[str, CheckSet] = {}       # campaign -> checks of the finding it shrinks
+        self.shrinking: dict[str, AsFound] = {}        # campaign -> the finding it shrinks, as found
         self.findings: dict[str, list[Finding]] = {}   # campaign -> its findings, shrunk and written
+        self.untaken: list[tuple[str, bytes]] = []     # files for the driver: path, bytes
 
     def save(self, key: bytes, value: bytes) -> None:
         self.database.save(key, value)
@@ -45,41 +58,60 @@ class Hub:
         self.database.move(src, dest, value)
 
     def claim(self, signature: str, campaign: str, checks: CheckSet, found: str, data: bytes) -> str | None:
-        """None, with the file as found written at `found`, if `campaign` is the
+        """None, with the file as found (its path `found`, its bytes `data`) and
+        its checks kept until the campaign publishes it, if `campaign` is the
         first to claim `signature`; else the campaign that claimed it."""
         if signature in self.claims:
             return self.claims[signature]
         self.claims[signature] = campaign
-        self.shrinking[campaign] = checks
-        write(Path(found), data)
+        self.shrinking[campaign] = AsFound(checks, found, data)
         return None
 
-    def publish(self, campaign: str, finding: Finding, data: bytes, found: str) -> None:
-        """Write the finding's counterexample file (its bytes `data`) in place of
-        its file as found (`found`) and keep the finding."""
-        write(finding.counterexample, data)
-        Path(found).unlink(missing_ok=True)
+    def publish(self, campaign: str, finding: Finding, data: bytes) -> None:
+        """The finding's counterexample file (its bytes `data`) for the driver;
+        the finding kept."""
+        self.untaken.append((str(finding.counterexample), data))
         self.findings.setdefault(campaign, []).append(finding)
         self.shrinking.pop(campaign, None)
 
-    def left(self, campaign: str) -> tuple[list[Finding], CheckSet | None]:
-        """What a lost campaign left: its findings, and the checks of the one it
-        was shrinking (its file as found is in its folder) or None."""
+    def take(self) -> list[tuple[str, bytes]]:
+        """The files sent since the driver last took them, in the order sent:
+        (path, bytes)."""
+        taken, self.untaken = self.untaken, []
+        return taken
+
+    def left(self, campaign: str) -> tuple[list[Finding], AsFound | None]:
+        """What a lost campaign left: its findings, and the one it was
+        shrinking, as found, or None."""
         return self.findings.get(campaign, []), self.shrinking.get(campaign)
 
 
-def write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-
-
 def open_hub(ray: Any, db: str | None, out: Path) -> Any:
-    """A hub actor for a run writing in `out` with the database `db`, started on
-    this (the driver's) node and taking no CPU slot from the campaigns."""
+    """A hub actor for a run writing in `out` with the database `db`, taking no
+    CPU slot from the campaigns, on the driver's node where the driver is one
+    (through Ray Client, the node that serves it)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     return ray.remote(num_cpus=0, scheduling_strategy=here)(Hub).remote(os.getcwd(), db, str(out))
+
+
+def deliver(ray: Any, hub: Any) -> None:
+    """Write here the files the hub holds for the driver (`Hub.take`), each at
+    the path its campaign named, relative to this working folder."""
+    for name, data in ray.get(hub.take.remote()):
+        put(Path(name), data)
+
+
+def put(path: Path, data: bytes) -> None:
+    """`data` at `path`, whole: a reader sees the file before or after, never
+    half written (a campaign on this machine may be reading its own copy)."""
+    if path.is_file() and path.read_bytes() == data:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f".{path.name}.part")
+    part.write_bytes(data)
+    part.replace(path)
 
 
 class HubDatabase(ExampleDatabase):
@@ -138,5 +170,4 @@ class ClusterShare:
         import ray
 
         self.calls["publish"] += 1
-        ray.get(self.hub.publish.remote(self.campaign, finding, finding.counterexample.read_bytes(),
-                                        str(finding.counterexample.parent / LAST_FAILURE)))
+        ray.get(self.hub.publish.remote(self.campaign, finding, finding.counterexample.read_bytes()))

@@ -14,7 +14,7 @@ from typing import Any
 from loopcheck.adapters.loader import capabilities_of, load_factory
 from loopcheck.campaign_report import write_report
 from loopcheck.cluster import cluster_cpus, connect, in_tasks
-from loopcheck.cluster_share import ClusterShare, open_hub
+from loopcheck.cluster_share import ClusterShare, deliver, open_hub, put
 from loopcheck.fuzz.campaign import (
     BRANCHES,
     GUIDANCE,
@@ -26,7 +26,7 @@ from loopcheck.fuzz.campaign import (
 )
 from loopcheck.fuzz.directed import WINDOWS
 from loopcheck.fuzz.grouping import group_findings
-from loopcheck.fuzz.machine import LAST_FAILURE, Stats
+from loopcheck.fuzz.machine import Stats
 from loopcheck.fuzz.seeds import derived_seed
 from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import Shape
@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     if ray is not None:
         folders = [Path(args.out) / f"w{w}" for w in range(workers)]
         results = in_tasks(ray, _worker, jobs, folders, retries=0,
-                           lost=lambda k, why: lost_campaign(ray, hub, jobs[k][4], folders[k], why))
+                           lost=lambda k, why: lost_campaign(ray, hub, jobs[k][4], folders[k], why),
+                           poll=lambda: deliver(ray, hub))
     else:
         results = [_worker(jobs[0])] if workers == 1 else in_processes(_worker, jobs, workers)
     groups = group_findings(distinct_findings(results), factory, checks)
@@ -233,10 +234,11 @@ def run(args: argparse.Namespace) -> int:
 def lost_campaign(ray: Any, hub: Any, seed_value: int, folder: Path, why: str) -> CampaignResult:
     """What stands for a campaign whose worker or node died (`why`): the findings
     it published, and the one it was shrinking kept as found (its file as
-    found is in its folder); its coverage is not known."""
+    found written in its folder here); its coverage is not known."""
     findings, shrinking = ray.get(hub.left.remote(folder.name))
-    if shrinking is not None and (folder / LAST_FAILURE).exists():
-        findings.append(unshrunk_finding(folder, findings, shrinking, None,
+    if shrinking is not None:
+        put(Path(shrinking.path), shrinking.data)
+        findings.append(unshrunk_finding(folder, findings, shrinking.checks, None,
                                          "its campaign was lost while shrinking it: kept as found"))
     return CampaignResult(seed_value, 0.0, Stats(), findings, lost=why)
 

@@ -23,9 +23,10 @@ def add_cluster(p: argparse.ArgumentParser, what: str, workers: bool = True) -> 
     """--cluster, to run `what` as tasks of a Ray cluster (`workers`: as many as
     --workers says, by default the cluster's CPUs)."""
     many = ", --workers of them (default: the cluster's CPUs)" if workers else ""
-    p.add_argument("--cluster", metavar="auto|HOST:PORT",
+    p.add_argument("--cluster", metavar="auto|[ray://]HOST:PORT",
                    help=f"run {what} as tasks of a Ray cluster (auto: RAY_ADDRESS or a head running here; "
-                        f"HOST:PORT: that head's address){many}; needs the ray extra (docs/cluster.md)")
+                        "HOST:PORT: that head's address, this machine one of its nodes; ray://HOST:PORT: its Ray "
+                        f"Client server, from outside the cluster){many}; needs the ray extra (docs/cluster.md)")
 
 
 def add_check_mode(p: argparse.ArgumentParser) -> None:
