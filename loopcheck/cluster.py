@@ -114,11 +114,20 @@ def in_tasks(ray: Any, fn: Callable[[Any], Any], jobs: Sequence[Any], folders: S
     for k, folder in enumerate(folders):
         result, files = done[k]
         for name, data in files.items():
-            path = folder / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            put(folder / name, data)
         results.append(result)
     return results
+
+
+def put(path: Path, data: bytes) -> None:
+    """`data` at `path`, whole: a reader sees the file before or after, never
+    half written (a task on this machine may be reading its own copy)."""
+    if path.is_file() and path.read_bytes() == data:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f".{path.name}.part")
+    part.write_bytes(data)
+    part.replace(path)
 
 
 def one_line(exc: BaseException) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from hypothesis.database import ExampleDatabase
 
 from loopcheck.checks.suite import CheckSet
+from loopcheck.cluster import put
 from loopcheck.fuzz.campaign import Finding, open_database
 
 
@@ -98,20 +99,9 @@ def open_hub(ray: Any, db: str | None, out: Path) -> Any:
 
 def deliver(ray: Any, hub: Any) -> None:
     """Write here the files the hub holds for the driver (`Hub.take`), each at
-    the path its campaign named, relative to this working folder."""
+    the path its campaign named, relative to this working folder (`cluster.put`)."""
     for name, data in ray.get(hub.take.remote()):
         put(Path(name), data)
-
-
-def put(path: Path, data: bytes) -> None:
-    """`data` at `path`, whole: a reader sees the file before or after, never
-    half written (a campaign on this machine may be reading its own copy)."""
-    if path.is_file() and path.read_bytes() == data:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(f".{path.name}.part")
-    part.write_bytes(data)
-    part.replace(path)
 
 
 class HubDatabase(ExampleDatabase):

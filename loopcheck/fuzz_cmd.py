@@ -13,8 +13,8 @@ from typing import Any
 
 from loopcheck.adapters.loader import capabilities_of, load_factory
 from loopcheck.campaign_report import write_report
-from loopcheck.cluster import cluster_cpus, connect, in_tasks
-from loopcheck.cluster_share import ClusterShare, deliver, open_hub, put
+from loopcheck.cluster import cluster_cpus, connect, in_tasks, put
+from loopcheck.cluster_share import ClusterShare, deliver, open_hub
 from loopcheck.fuzz.campaign import (
     BRANCHES,
     GUIDANCE,

@@ -153,20 +153,24 @@ def adapter_rows(adapter: str, seconds: float, seed_value: int, out: Path, max_e
     with and without priority preemption, and every workload of the tiny scope
     explored, the three at once (`in_parallel`); and the line that says which
     checks did not run, in how many runs, and why."""
-    jobs: list[tuple] = [(adapter, seconds, seed_value, out, max_examples, preempt) for preempt in (True, False)]
+    jobs: list[tuple] = [(adapter_campaign, adapter, seconds, seed_value, out, max_examples, preempt)
+                         for preempt in (True, False)]
     folders = [out / f"preemption-{preempt}" for preempt in (True, False)] + [out / "explore-tiny"]
-    done: list[AdapterRow] = in_parallel(adapter_row, [*jobs, (adapter, out)], folders, ray)
+    done: list[AdapterRow] = in_parallel(called, [*jobs, (scope_row, adapter, out)], folders, ray)
     not_run = sum((n for _, n, _ in done), Counter())
     runs = sum(r for _, _, r in done)
     return [row for row, _, _ in done], not_run_line(checks_not_run(not_run), runs) if not_run else ""
 
 
-def adapter_row(job: tuple) -> AdapterRow:
-    """One job of `adapter_rows`: a campaign (adapter, seconds, seed, out,
-    max_examples, priority preemption on), or the tiny scope (adapter, out)."""
-    if len(job) == 2:
-        return scope_row(*job), Counter(), 0
-    adapter, seconds, seed_value, out, max_examples, preempt = job
+def called(job: tuple) -> Any:
+    """job[0](*job[1:]): a job that names its own function (`adapter_rows`)."""
+    fn, *args = job
+    return fn(*args)
+
+
+def adapter_campaign(adapter: str, seconds: float, seed_value: int, out: Path, max_examples: int | None,
+                     preempt: bool) -> AdapterRow:
+    """A property-mode campaign of `adapter_rows`, priority preemption on or off."""
     from loopcheck.options import factory_of
 
     factory = factory_of(argparse.Namespace(adapter=adapter))
@@ -183,9 +187,10 @@ def adapter_row(job: tuple) -> AdapterRow:
             result.stats.examples)
 
 
-def scope_row(adapter: str, out: Path) -> Row:
+def scope_row(adapter: str, out: Path) -> AdapterRow:
     """Every workload of the tiny scope explored on the system with its property
-    checks: a certificate, or the shortest finding."""
+    checks: a certificate, or the shortest finding (its row; the line of checks
+    that did not run counts the campaigns' runs only)."""
     main_progress(f"  explore {adapter}: every workload of the tiny scope ...")
     cert = certificate_from_json(explore_part((adapter, PRESETS["tiny"], CheckSet("property"), False, Limits(),
                                                (1, 1), out / "explore-tiny", "")), "verify")
@@ -197,8 +202,8 @@ def scope_row(adapter: str, out: Path) -> Row:
         status, ok = "INCOMPLETE", False
     else:
         status, ok = f"certificate: {t.workloads} workloads, {t.states} states, {t.transitions} transitions", True
-    return ["properties, every workload of the tiny scope", "explore", status, "ok" if ok else "FAIL",
-            f"{cert.seconds:.2f}"]
+    return (["properties, every workload of the tiny scope", "explore", status, "ok" if ok else "FAIL",
+             f"{cert.seconds:.2f}"], Counter(), 0)
 
 
 def run(args: argparse.Namespace) -> int:
