@@ -15,7 +15,9 @@ adapters/vllm_grammar.py. With `spec_tokens`, speculative decoding is on
 (ngram's `SpeculativeConfig`): drafts are proposed and verified by the fakes of
 adapters/vllm_drafts.py. A KV connector is always on (kv_consumer, failures
 recomputed): a request's `kv_load_steps` has its prompt's full pages loaded
-through it, by the fake of adapters/vllm_kv_connector.py. The fields vLLM has no notion
+through it, by the fake of adapters/vllm_kv_connector.py. The config's pause
+sets the scheduler's own pause state (`set_pause_state`) at its first and
+after its last step. The fields vLLM has no notion
 of are pinned (incremental allocation, no watermark; the plain-engine profile of
 sut/protocol.py pins the looped-model fields: a preempted request recomputes, keeping its tokens).
 
@@ -117,7 +119,7 @@ class VllmSUT:
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
                                          pinned=PINNED, block_tables=True, code=("vllm.v1.core",),
                                          refuses=("prompt_only",), cached_pages=True,
-                                         features=("lora", "grammar", "kv_transfer", "spec"))
+                                         features=("lora", "grammar", "kv_transfer", "spec", "pause"))
         bs = cfg.block_size
         long_prefill = cfg.prefill_chunk_size if cfg.prefill_chunk_size < cfg.max_num_batched_tokens else 0
         if cfg.max_num_batched_tokens < cfg.max_num_seqs:
@@ -233,6 +235,7 @@ class VllmSUT:
         self.requesters = {}
         self.compiler.run_due(self.steps)
         self.connector.step = self.steps
+        self._pause()
         so = self.scheduler.schedule()
         self.scheduler.get_grammar_bitmask(so)   # (as the engine core asks before the model runs; all allowed)
         self.stored = []
@@ -290,6 +293,17 @@ class VllmSUT:
         self.steps += 1
         return events
 
+    def _pause(self) -> None:
+        """Set the scheduler's pause state for this step as the config's pause
+        says, as vLLM's engine core does when its operator pauses or resumes
+        generation (`set_pause_state`), where it changes."""
+        from vllm.v1.core.sched.interface import PauseState
+
+        state = {None: PauseState.UNPAUSED, "new": PauseState.PAUSED_NEW,
+                 "all": PauseState.PAUSED_ALL}[self.cfg.paused(self.steps)]
+        if self.scheduler.pause_state != state:
+            self.scheduler.set_pause_state(state)
+
     def _propose_drafts(self, ids: list[str]) -> None:
         """Under speculative decoding, give each request of the step still
         decoding its drafts for the next, as vLLM's engine core passes the
@@ -310,9 +324,11 @@ class VllmSUT:
         key = (tuple((rid, int(r.status), r.num_computed_tokens, len(r.output_token_ids), tuple(r.spec_token_ids),
                       self.drafter.rounds.get(rid, 0)) for rid, r in sorted(s.requests.items())),
                tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free_ids,
-               self.compiler.pending(self.steps), self.connector.pending(), tuple(sorted(self.loaded.items())))
+               self.compiler.pending(self.steps), self.connector.pending(), tuple(sorted(self.loaded.items())),
+               max(0, self.cfg.pause_end - self.steps))
+        # (not `has_unfinished_requests`: paused, the scheduler reports none, so that its engine core idles)
         return Observation(blocks_held=self.cfg.num_blocks - len(free_ids), kv_errors=self._kv_errors(free_ids),
-                           outputs=self.outputs, unfinished=bool(self.pending) or s.has_unfinished_requests(),
+                           outputs=self.outputs, unfinished=bool(self.pending) or sum(s.get_request_counts()) > 0,
                            state_key=key, block_tables=self._block_tables(), cached_pages=self._cached_pages(),
                            registered_pages=sorted(set(self.stored)))
 

@@ -203,6 +203,16 @@ VLLM_MUTANTS = [
      ((SCHED_V, "spec_token_ids = spec_token_ids[:num_scheduled_spec_tokens]", "spec_token_ids = spec_token_ids"),)),
     ("rejected drafts are not rolled back",
      ((SCHED_V, "request.num_computed_tokens -= num_rejected", "request.num_computed_tokens -= 0"),)),
+    # the operator's pause (`set_pause_state`)
+    ("paused all: running requests keep their budget",
+     ((SCHED_V, "            # Do not schedule any requests when paused.\n            token_budget = 0",
+       "            # Do not schedule any requests when paused.\n            pass"),)),
+    ("paused new: the waiting queue is still taken",
+     ((SCHED_V, "if not request_queue and self._pause_state == PauseState.UNPAUSED:",
+       "if not request_queue and self._pause_state != PauseState.PAUSED_ALL:"),)),
+    ("paused new: requests holding KV blocks are held too",
+     ((SCHED_V, "                request_queue = self.kv_holding_waiting\n",
+       "                request_queue = self.kv_holding_waiting if not self._pause_state else None\n"),)),
 ]
 
 LMDEPLOY_PAGING = "lmdeploy.pytorch.paging."

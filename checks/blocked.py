@@ -7,18 +7,20 @@ from __future__ import annotations
 
 from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.needs import lifetime_blocks
+from loopcheck.checks.pause import held_by_pause
+from loopcheck.model.config import Config
 from loopcheck.model.events import Admit, Event, Load, Prefill, Resume, Token
 from loopcheck.sut.protocol import Observation
 from loopcheck.sut.view import PREEMPTED, WAITING, RequestView
 
 
-def unblocked(r: RequestView, step: int) -> bool:
+def unblocked(r: RequestView, step: int, cfg: Config) -> bool:
     """Whether `r` waits (or is preempted) and nothing outside the scheduler
-    keeps it from running in step `step`: its grammar, if any, is compiled and
-    its KV load, if any, has ended."""
+    keeps it from running in step `step`: its grammar, if any, is compiled,
+    its KV load, if any, has ended, and no pause of the engine holds it back."""
     ready = r.spec.ready_at()
     return (r.status in (WAITING, PREEMPTED) and ready is not None and ready <= step
-            and (r.load is None or r.load.ended(step)))
+            and (r.load is None or r.load.ended(step)) and not held_by_pause(r, cfg.paused(step)))
 
 
 class IdleBeside:
@@ -68,7 +70,7 @@ class Grammars(Check):
             if pages and any(pages) and (ready is None or step < ready):
                 self.broke(Violation("grammar", f"{rid} holds KV blocks after step {step} while its grammar is "
                                                 "not compiled", rule="holds-blocks-unready"))
-        compiled = [r for r in view.open.values() if r.spec.grammar_ready is not None and unblocked(r, step)]
+        compiled = [r for r in view.open.values() if r.spec.grammar_ready is not None and unblocked(r, step, run.cfg)]
         for rid, steps in self.idle.count(run, compiled):
             self.broke(Violation("grammar", f"{rid}'s grammar is compiled and it fits the pool, but it waited "
                                             f"{steps} steps in a row in which nothing ran", rule="ready-idle"))
@@ -106,7 +108,7 @@ class KvLoads(Check):
                 self.broke(Violation("kv-load", f"{e} at step {step}, while {e.rid}'s KV load of positions "
                                                 f"{r.load.start}..{r.load.end} is in flight until step "
                                                 f"{r.load.ends_at}", rule="before-loaded"))
-        ended = [r for r in view.open.values() if r.load is not None and unblocked(r, step)]
+        ended = [r for r in view.open.values() if r.load is not None and unblocked(r, step, run.cfg)]
         for rid, steps in self.idle.count(run, ended):
             load = view.requests[rid].load
             outcome = "failed" if load is not None and not load.ok else "ended"

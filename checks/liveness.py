@@ -9,6 +9,7 @@ from collections.abc import Hashable
 
 from loopcheck.checks.base import Check, RunView, Violation
 from loopcheck.checks.needs import admission_blocks, lifetime_blocks, never_fits
+from loopcheck.checks.pause import held_by_pause, unpaused_steps
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event, Finish, Preempt
 from loopcheck.sut.protocol import Capabilities, Observation
@@ -56,8 +57,8 @@ class Progress(Check):
 class NeverFitRejected(Check):
     """A request that can never fit the pool (its lifetime positions need
     more blocks than there are) finishes, rejected, within `within` steps of its
-    submission, instead of waiting or running on while it blocks others; a request
-    that fits is never rejected."""
+    submission (steps the engine was paused not counted), instead of waiting or
+    running on while it blocks others; a request that fits is never rejected."""
 
     props = ("never-fit-not-rejected", "fit-rejected")
 
@@ -80,11 +81,12 @@ class NeverFitRejected(Check):
             r = run.view.requests[rid]
             if r.status == FINISHED:
                 del self.submitted[rid]
-            elif run.t - t >= self.within:
+            elif unpaused_steps(cfg, t, run.t) >= self.within:
                 others = [x.spec.rid for x in run.view.unfinished() if x.spec.rid != rid]
                 self.broke(Violation("never-fit-not-rejected",
                                      f"{rid} needs {lifetime_blocks(r.spec, cfg)} blocks, the pool has "
-                                     f"{cfg.num_blocks}; still {r.status} {run.t - t} steps after submission"
+                                     f"{cfg.num_blocks}; still {r.status} {unpaused_steps(cfg, t, run.t)} steps "
+                                     "after submission" + (" (the engine not paused)" if cfg.pause != "off" else "")
                                      + (f", with {', '.join(others)} unfinished" if others else "")))
 
 
@@ -119,10 +121,11 @@ class PriorityWaiting(Check):
         running = set(view.worked) | {rid for rid, status in before.items() if status == RUNNING}
         loras = {view.requests[x].spec.lora for x in running} - {0}
 
-        def may_run(r: RequestView) -> bool:   # by its grammar, its KV load and its LoRA adapter
+        def may_run(r: RequestView) -> bool:   # by its grammar, its KV load, its LoRA adapter and a pause
             spec, ready = r.spec, r.spec.ready_at()
             return (ready is not None and ready < run.t and (r.load is None or r.load.ended(run.t - 1))
-                    and (spec.lora in loras | {0} or len(loras) < cfg.max_loras))
+                    and (spec.lora in loras | {0} or len(loras) < cfg.max_loras)
+                    and not held_by_pause(r, cfg.paused(run.t - 1)))
 
         waiting = [r for r in view.requests.values() if before.get(r.spec.rid) in (WAITING, PREEMPTED)
                    and r.status in (WAITING, PREEMPTED) and may_run(r)]

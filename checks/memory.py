@@ -10,6 +10,7 @@ from collections.abc import Callable, Hashable
 from loopcheck.checks.base import Check, RunView
 from loopcheck.checks.liveness import NeverFitRejected, Progress
 from loopcheck.checks.lockstep import Lockstep, ModelBounds
+from loopcheck.checks.pause import unpaused_steps
 from loopcheck.model.workload import RequestSpec
 from loopcheck.sut.canonical import canonical
 
@@ -21,7 +22,8 @@ def _progress(check: Progress, run: RunView) -> Hashable:
 
 def _never_fit(check: NeverFitRejected, run: RunView) -> Hashable:
     # each watched request and how long ago it was submitted, which is all that is judged of it
-    return tuple(sorted((rid, min(run.t - t, check.within)) for rid, t in check.submitted.items()))
+    return tuple(sorted((rid, min(unpaused_steps(run.cfg, t, run.t), check.within))
+                        for rid, t in check.submitted.items()))
 
 
 def _lockstep(check: Lockstep, run: RunView) -> Hashable:
@@ -72,4 +74,5 @@ def asked(run: RunView) -> Hashable:
 def run_memory(run: RunView) -> Hashable:
     """What the run remembers for its later judgements besides the system's
     own state (docs/exploring.md says why a state key is sound with it)."""
-    return (run.view.memory(), asked(run), tuple(check_memory(c, run) for c in run.checks))
+    return (run.view.memory(), asked(run), tuple(check_memory(c, run) for c in run.checks),
+            max(0, run.cfg.pause_end - run.t))   # (the steps to the end of a pause: judgements read it)

@@ -34,6 +34,7 @@ RULES: dict[str, tuple[str, ...]] = {
                   "shared-differ", "shared-unwritten"),
     "lifecycle": ("length-short", "past-max-tokens", "stop-not-finished", "stop-without-token", "transition"),
     "output-equivalence": ("bits", "tokens"),
+    "pause": ("admitted", "running-held", "scheduled"),
     "prefix-hits": ("cached-page", "caching-off", "past-positions", "uncomputed-hit"),
     "stall": ("quiet-steps", "state-repeats"),
     "work": ("chunk-depths", "depth-order", "exit-depth", "prefill-past-known", "prefill-skipped",

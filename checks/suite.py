@@ -17,6 +17,7 @@ from loopcheck.checks.lifecycle import Aborts, CachedPages, Lifecycle, PrefixHit
 from loopcheck.checks.liveness import NeverFitRejected, PriorityVictims, PriorityWaiting, Progress
 from loopcheck.checks.lockstep import Lockstep, ModelBounds
 from loopcheck.checks.outputs import OutputEquivalence, ReportedOutputs
+from loopcheck.checks.pause import Pauses
 from loopcheck.checks.rules import DocumentedRules, VictimOrders
 from loopcheck.checks.safety import Caps, KvConservation, KvHitBlocks, KvTables
 from loopcheck.checks.signatures import PLACED, RULES, current
@@ -30,7 +31,7 @@ def property_checks(outputs: bool = True) -> list[Check]:
     checks: list[Check] = [Lifecycle(), KvLoads(), Work(), Grammars(), PromptOnly(), PrefixHits(), CachedPages(),
                            Aborts(), Caps(), KvTables(), KvHitBlocks(), KvConservation(), Progress(),
                            NeverFitRejected(), PriorityWaiting(), PriorityVictims(), GuardedFutility(),
-                           DocumentedRules(), VictimOrders(), ReportedOutputs()]
+                           DocumentedRules(), VictimOrders(), Pauses(), ReportedOutputs()]
     return checks + ([OutputEquivalence()] if outputs else [])
 
 

@@ -192,7 +192,8 @@ class Driver:
         if coverage is not None:
             coverage.reset()
         self.last_input = 0          # the step of the latest add or abort
-        self.inputs_until = -1       # inputs are scheduled up to this step (recorded workloads)
+        self.inputs_until = cfg.pause_end - 1   # inputs are scheduled up to this step (recorded workloads; the
+        #                                         operator's resume after a pause is one: `Config.pause_end`)
         self.checks: list[Check] = []
         self.skipped: dict[str, str] = {}
         self.refused: dict[str, str] = {}   # requests the system refused at `add` (`Refused`) -> why
@@ -328,8 +329,9 @@ class Driver:
         return {rid for rid in self.view.open if self.specs[self._index[rid]].ready_at() is None}
 
     def default_cap(self) -> int:
-        """A work-based step cap: the last input, then four steps per unit of work."""
-        return self.last_input + 4 * sum(work_units(self.workload())) + 50
+        """A work-based step cap: the last input (or the end of a pause), then four
+        steps per unit of work."""
+        return max(self.last_input, self.cfg.pause_end) + 4 * sum(work_units(self.workload())) + 50
 
     def run_to_drain(self, max_steps: int | None = None) -> bool:
         """Step until drained or `max_steps` steps in all, or, unless
@@ -485,7 +487,7 @@ def run_workload(workload: Workload, factory: SutFactory, checks: Sequence[Check
     (`Run.out_of_time`)."""
     driver = Driver(factory, workload.config, checks, on_step, coverage, past_repeats, deadline)
     last = max((max(s.arrival, s.abort_at or 0) for s in workload.requests), default=0)
-    driver.inputs_until = last
+    driver.inputs_until = max(driver.inputs_until, last)
     inputs = InputSchedule(workload.requests)
     try:
         for t in range(last + 1):

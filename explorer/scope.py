@@ -294,6 +294,15 @@ PRESETS: dict[str, Scope] = {
                  "spec_tokens": [1, 2]},
         prompts=[[1, 1], [1, 1, 2]], max_tokens=[1, MOST], spec_accepts=[[], [1], [2, 0]],
         max_requests=2, aborts=True, horizon=3, max_steps=40),
+    # the operator's pause ("new" or "all", from step 1 for two steps) on features' configs, beside KV loads of one
+    # step, which let a request hold blocks through a pause for new requests
+    "pause": _preset(
+        "pause",
+        configs={"num_blocks": [4, 7], "block_size": [2], "max_num_seqs": [1, 2], "max_num_batched_tokens": [4],
+                 "prefill_chunk_size": [2], "prefix_caching": [False, True], "priority_preemption": [True],
+                 "pause": ["new", "all"], "pause_at": [1], "pause_steps": [2]},
+        prompts=[[1, 1], [1, 1, 2]], max_tokens=[1, MOST], kv_loads=[None, 1],
+        max_requests=2, aborts=True, horizon=3, max_steps=40),
     # memory pressure: three requests whose decodes (20 tokens, a stop token never given, so that an admission
     # estimate may count on an early stop) outgrow the pool together though any two fit
     "pressure": _preset(

@@ -380,7 +380,7 @@ class UnitSearch:
     # ----- running -----------------------------------------------------------------------
     def fresh(self) -> Driver:
         d = Driver(self.factory, self.cfg, self.checks.build(), coverage=self.coverage, deadline=self.limits.deadline)
-        d.inputs_until = self.horizon - 1   # (inputs are scheduled up to the horizon, as in a workload)
+        d.inputs_until = max(d.inputs_until, self.horizon - 1)   # (inputs are scheduled up to the horizon)
         return d
 
     def submit(self, d: Driver, inputs: Inputs) -> None:

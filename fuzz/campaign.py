@@ -176,7 +176,8 @@ def run_campaign(run: CampaignSettings, progress: Callable[[str], None] | None =
     caps = capabilities_of(factory)
     pinned = {**run.fixed, **caps.pinned}
     shape_run = run.shape.for_system(caps)   # nothing it cannot take
-    features = [name for name in ("lora", "spec") if getattr(shape_run, name) == ON]   # (those with config fields)
+    # (the features with config fields)
+    features = [name for name in ("lora", "spec", "pause", "async_scheduling") if getattr(shape_run, name) == ON]
     strategy, sizes = config_strategy(mode, policy, pinned, features)
     start = time.monotonic()
     hunt = Hunt(factory, run.checks, out, stats, start,

@@ -22,6 +22,7 @@ from typing import Any
 
 from loopcheck.fuzz.shrink import shifted, with_request
 from loopcheck.fuzz.strategies import OFF, ON, VOCAB, Shape, most_drafts
+from loopcheck.model.config import PAUSES
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event, Preempt, Prefill
 from loopcheck.model.reference import never_fits, total_pages
@@ -63,6 +64,10 @@ class Limits:
         if s.kv_transfer == OFF and any(r.kv_load_steps is not None for r in w.requests):
             return False
         if s.spec == OFF and (cfg.spec_tokens or any(r.spec_accepts for r in w.requests)):
+            return False
+        if s.pause == OFF and cfg.pause != "off":
+            return False
+        if cfg.async_scheduling and (s.async_scheduling == OFF or cfg.spec_tokens):
             return False
         if cfg.spec_tokens > most_drafts(cfg.max_positions, cfg.max_num_batched_tokens, cfg.prefill_chunk_size):
             return False
@@ -256,6 +261,17 @@ def switch_spec(w: Workload, rng: random.Random) -> Workload | None:
     return with_request(w, i, replace(r, spec_accepts=tuple(rng.randint(0, 3) for _ in range(rng.randint(0, 3)))))
 
 
+def switch_pause(w: Workload, rng: random.Random) -> Workload | None:
+    """The operator's pause changed: off, new or all, from one of the first 8
+    steps for 1 to 4 steps."""
+    return _config(w, pause=rng.choice(PAUSES), pause_at=rng.randint(0, 7), pause_steps=rng.randint(1, 4))
+
+
+def switch_async(w: Workload, rng: random.Random) -> Workload | None:
+    """Asynchronous scheduling switched on or off."""
+    return _config(w, async_scheduling=not w.config.async_scheduling)
+
+
 def flip_switch(w: Workload, rng: random.Random) -> Workload | None:
     field = rng.choice(("prefix_caching", "priority_preemption"))
     return _config(w, **{field: not getattr(w.config, field)})
@@ -281,6 +297,10 @@ def mutations(limits: Limits) -> tuple[Mutation, ...]:
         extra.append(switch_kv_load)
     if limits.shape.spec == ON:
         extra.append(switch_spec)
+    if limits.shape.pause == ON:
+        extra.append(switch_pause)
+    if limits.shape.async_scheduling == ON:
+        extra.append(switch_async)
     return REQUEST_MUTATIONS + tuple(extra) + CONFIG_MUTATIONS
 
 

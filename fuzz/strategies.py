@@ -12,7 +12,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from loopcheck.model.config import Config
+from loopcheck.model.config import PAUSES, Config
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.workload import FEATURES, NEVER, RequestSpec, Workload
 from loopcheck.sut.protocol import Capabilities
@@ -41,7 +41,11 @@ class Shape:
     kv_transfer: requests whose prompt's KV is loaded from an external store,
       the load taking 1 to 3 steps, one in three of them failing (on/off);
     spec: speculative decoding, 0 to 3 draft tokens a step (`spec_tokens`),
-      of which each request has 0 to 3 right in turn (on/off).
+      of which each request has 0 to 3 right in turn (on/off);
+    pause: the engine paused by its operator ("new" or "all") from one of the
+      first 8 steps for 1 to 4 steps (on/off);
+    async_scheduling: a step's batch scheduled before the previous batch's
+      outputs are known, in configs without speculative decoding (on/off).
     """
 
     priorities: str | int = ON
@@ -54,6 +58,8 @@ class Shape:
     grammar: str = ON
     kv_transfer: str = ON
     spec: str = ON
+    pause: str = ON
+    async_scheduling: str = ON
 
     @classmethod
     def parse(cls, text: str) -> Shape:
@@ -146,8 +152,10 @@ def configs(draw: st.DrawFn, features: Collection[str] = (), **fixed: Any) -> Co
     pinned values; token budgets scale with a pinned page, `page_scale`).
     The config fields of deployment features are drawn only for those in
     `features` (of a system that runs them): `max_loras` (1 or 2) for "lora",
-    `spec_tokens` (0 to `most_drafts`) for "spec"; else they keep the values every other
-    system runs (1 and 0)."""
+    `spec_tokens` (0 to `most_drafts`) for "spec", the `pause` fields (off,
+    new or all, from one of the first 8 steps for 1 to 4 steps) for "pause",
+    `async_scheduling` (where `spec_tokens` is 0) for "async_scheduling"; else
+    they keep the values every other system runs (1, 0, off and False)."""
     def pick(name: str, strategy: st.SearchStrategy[Any]) -> Any:
         return fixed[name] if name in fixed else draw(strategy)
 
@@ -183,6 +191,12 @@ def configs(draw: st.DrawFn, features: Collection[str] = (), **fixed: Any) -> Co
         most = most_drafts(num_blocks // planes * values["block_size"], values["max_num_batched_tokens"],
                            values["prefill_chunk_size"])
         values["spec_tokens"] = pick("spec_tokens", st.integers(0, most))
+    if "pause" in features:
+        values["pause"] = pick("pause", st.sampled_from(PAUSES))
+        values["pause_at"] = pick("pause_at", st.integers(0, 7))
+        values["pause_steps"] = pick("pause_steps", st.integers(1, 4))
+    if "async_scheduling" in features and not values.get("spec_tokens", fixed.get("spec_tokens")):
+        values["async_scheduling"] = pick("async_scheduling", st.booleans())
     return Config(**{**values, **fixed})
 
 

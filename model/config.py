@@ -12,10 +12,12 @@ EXECUTIONS = ("refill", "mixed")
 POLICIES = ("unguarded", "guarded")
 KV_LAYOUTS = ("shared", "last_exited")
 ALLOCATIONS = ("upfront", "incremental")
+PAUSES = ("off", "new", "all")
 
 
 MAX_SIZE = 2**20   # any size beyond this is a typo, and would exhaust memory somewhere
 MAX_SPEC_TOKENS = 8   # spec_tokens: at most
+MAX_PAUSE_STEPS = 64  # pause_steps: at most
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -36,6 +38,13 @@ class Config:
     reference scheduler serves none. `spec_tokens`: the draft tokens proposed for
     each decoding request a step, for engines with speculative decoding (the
     "spec" feature; 0: none), each verified in the next step's batch.
+    `pause`, `pause_at`, `pause_steps`: for engines an operator can pause (the
+    "pause" feature), the engine is paused from step `pause_at` for
+    `pause_steps` steps, "new" (requests running or holding KV blocks go on,
+    no other is scheduled) or "all" (nothing is scheduled); "off": never.
+    `async_scheduling`: for engines that schedule a step's batch before the
+    previous batch's outputs are known (the "async_scheduling" feature): a step reports
+    the previous batch's tokens, after its own scheduling (docs/semantics.md).
     """
 
     num_blocks: int = 40
@@ -61,21 +70,29 @@ class Config:
     model_seed: int = 0
     max_loras: int = 1
     spec_tokens: int = 0
+    pause: str = "off"
+    pause_at: int = 0
+    pause_steps: int = 1
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
                      "prefill_chunk_size", "num_loops", "min_loops", "vocab_size", "max_loras"):
             _check_int(name, getattr(self, name), 1)
-        for name in ("watermark_blocks", "max_bypasses", "model_seed"):
+        for name in ("watermark_blocks", "max_bypasses", "model_seed", "pause_at"):
             _check_int(name, getattr(self, name), 0)
         _check_int("spec_tokens", self.spec_tokens, 0)
         if self.spec_tokens > MAX_SPEC_TOKENS:
             raise WorkloadError(f"config.spec_tokens: must be in [0, {MAX_SPEC_TOKENS}], got {self.spec_tokens}")
-        for name in ("wcpb", "priority_preemption", "prefix_caching", "snapshots", "resume_watermark"):
+        _check_int("pause_steps", self.pause_steps, 1)
+        if self.pause_steps > MAX_PAUSE_STEPS:
+            raise WorkloadError(f"config.pause_steps: must be in [1, {MAX_PAUSE_STEPS}], got {self.pause_steps}")
+        for name in ("wcpb", "priority_preemption", "prefix_caching", "snapshots", "resume_watermark",
+                     "async_scheduling"):
             if not isinstance(getattr(self, name), bool):
                 raise WorkloadError(f"config.{name}: must be true or false, got {json.dumps(getattr(self, name))}")
         for name, allowed in (("execution", EXECUTIONS), ("preemption_policy", POLICIES),
-                              ("kv_layout", KV_LAYOUTS), ("allocation", ALLOCATIONS)):
+                              ("kv_layout", KV_LAYOUTS), ("allocation", ALLOCATIONS), ("pause", PAUSES)):
             if getattr(self, name) not in allowed:
                 raise WorkloadError(f"config.{name}: must be one of {', '.join(allowed)}, "
                                     f"got {getattr(self, name)!r}")
@@ -99,6 +116,16 @@ class Config:
     def max_positions(self) -> int:
         """Most token positions one request can ever hold (the whole pool)."""
         return (self.num_blocks // self.planes) * self.block_size
+
+    def paused(self, step: int) -> str | None:
+        """How the engine is paused in step `step` ("new" or "all"), or None."""
+        return self.pause if self.pause != "off" and self.pause_at <= step < self.pause_end else None
+
+    @property
+    def pause_end(self) -> int:
+        """The first step after the pause (0 without one): the operator's resume,
+        an input the run waits for."""
+        return self.pause_at + self.pause_steps if self.pause != "off" else 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

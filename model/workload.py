@@ -108,8 +108,10 @@ class RequestSpec:
 _REQUEST_KEYS = {"id", "prompt", "max_tokens", "arrival", "priority", "stop_token",
                  "abort_at", "script_tokens", "script_exit_depths", "lora", "grammar_ready",
                  "kv_load_steps", "kv_load_fails", "spec_accepts"}
-# the deployment features a request may use (`RequestSpec.features`)
-FEATURES = ("lora", "grammar", "kv_transfer", "spec")
+# the deployment features a system may run: those a request may use (`RequestSpec.features`), "pause", an
+# operator pausing the engine (the config's `pause` fields), and "async_scheduling", asynchronous scheduling
+# (the config's field of that name)
+FEATURES = ("lora", "grammar", "kv_transfer", "spec", "pause", "async_scheduling")
 NEVER = -1                       # `grammar_ready`: the grammar is never compiled
 
 

@@ -118,9 +118,14 @@ class Capabilities:
       "kv_transfer", requests whose prompt's KV it loads from an external
       store, reporting each load's start with a `Load` event; "spec",
       speculative decoding, `Config.spec_tokens` drafts a decoding request a
-      step, reported with a `Draft` event). Only
-      these are drawn for it, and a workload using another is refused. Without
-      "lora", `max_loras` is pinned to 1; without "spec", `spec_tokens` to 0.
+      step, reported with a `Draft` event; "pause", an operator pausing the
+      engine as the config's `pause` fields say, which the system does itself
+      at those steps; "async_scheduling", asynchronous scheduling when the
+      config's field of that name is on: a step's tokens are the previous step's
+      batch's). Only these are drawn for it, and a workload using another is
+      refused. Without "lora", `max_loras` is pinned to 1; without "spec",
+      `spec_tokens` to 0; without "pause", `pause` to "off"; without
+      "async_scheduling", `async_scheduling` to False.
     stop_choices: the system has a `stop_with(rids)` verb: before a step, the
       explorer chooses which requests are given their stop token in it (of
       those given a token then: the others are given one that is not their stop
@@ -149,7 +154,9 @@ class Capabilities:
         if isinstance(self.pinned, dict):
             plain = {} if self.looped else PLAIN_ENGINE
             unclaimed = {**({} if "lora" in self.features else {"max_loras": 1}),
-                         **({} if "spec" in self.features else {"spec_tokens": 0})}
+                         **({} if "spec" in self.features else {"spec_tokens": 0}),
+                         **({} if "pause" in self.features else {"pause": "off"}),
+                         **({} if "async_scheduling" in self.features else {"async_scheduling": False})}
             object.__setattr__(self, "pinned", {**plain, **unclaimed, **self.pinned})
 
 

@@ -70,9 +70,11 @@ def test_a_scope_takes_kv_loads_and_a_system_without_the_feature_explores_none()
 
 
 def test_features_are_drawn_only_for_a_system_that_claims_them() -> None:
-    assert str(Shape().for_system(Capabilities())).endswith("lora=off,grammar=off,kv_transfer=off,spec=off")
+    assert str(Shape().for_system(Capabilities())).endswith(
+        "lora=off,grammar=off,kv_transfer=off,spec=off,pause=off,async_scheduling=off")
     assert str(Shape().for_system(Capabilities(features=("lora", "grammar")))).endswith(
-        "lora=on,grammar=on,kv_transfer=off,spec=off")
+        "lora=on,grammar=on,kv_transfer=off,spec=off,pause=off,async_scheduling=off")
+    assert Capabilities().pinned["pause"] == "off" and "pause" not in Capabilities(features=("pause",)).pinned
     assert Capabilities().pinned["max_loras"] == 1 and "max_loras" not in Capabilities(features=("lora",)).pinned
     assert Capabilities().pinned["spec_tokens"] == 0 and "spec_tokens" not in Capabilities(features=("spec",)).pinned
 
@@ -177,3 +179,21 @@ def test_a_scope_takes_spec_accepts() -> None:
     assert scope_from_json(data, "s").spec_accepts == ((), (1, 0))
     with pytest.raises(WorkloadError, match=r"scope.spec_accepts\[0\]: must be a list"):
         scope_from_json({**data, "spec_accepts": [1]}, "bad")
+
+
+def test_pause_fields_are_validated_and_name_the_paused_steps(tmp_path, capsys) -> None:
+    cfg = Config(pause="new", pause_at=2, pause_steps=3)
+    assert [cfg.paused(t) for t in range(6)] == [None, None, "new", "new", "new", None] and cfg.pause_end == 5
+    assert Config(pause_at=2, pause_steps=3).paused(2) is None and Config().pause_end == 0
+    for change, message in (({"pause": "some"}, r"config\.pause: must be one of off, new, all"),
+                            ({"pause_steps": 0}, r"config\.pause_steps: must be in \[1,"),
+                            ({"pause_steps": 65}, r"config\.pause_steps: must be in \[1, 64\]"),
+                            ({"pause_at": -1}, r"config\.pause_at: must be in \[0,")):
+        with pytest.raises(WorkloadError, match=message):
+            Config.from_json({**CFG.to_json(), **change})
+    path = tmp_path / "w.json"   # a system that does not claim "pause": the field is pinned off, one line, exit 2
+    path.write_text(json.dumps({"schema": "loopcheck/workload@1", "config": {**CFG.to_json(), "pause": "all"},
+                                "requests": [RequestSpec("a", (1, 2), 2).to_json()]}))
+    assert main(["replay", str(path), "--adapter", f"{TOY}:ToyScheduler"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pause" in err[0], err

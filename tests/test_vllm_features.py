@@ -70,3 +70,53 @@ def test_a_campaign_with_the_features_on_meets_no_finding(tmp_path, off) -> None
     result = run_campaign(CampaignSettings("guarded", 600, 5, tmp_path, "random", factory=VllmSUT,
                                            checks=CheckSet("property"), shape=shape, max_examples=150))
     assert result.stats.examples >= 150 and not result.findings, result.findings[:1]
+
+
+def work_steps(run, rid: str) -> list[int]:
+    """The steps in which `rid` was admitted, resumed, or did work."""
+    return sorted({t for t, events in enumerate(run.driver.trace) for e in events
+                   if e.rid == rid and e.kind in ("admit", "resume", "prefill", "token", "draft")})
+
+
+def test_a_pause_of_all_schedules_nothing_while_it_lasts_and_the_run_drains_after() -> None:
+    from loopcheck.adapters.vllm_sut import VllmSUT
+
+    w = vllm_workload(RequestSpec("a", (1, 2, 3), 4), RequestSpec("b", (4, 5, 6, 7), 2, arrival=2),
+                      pause="all", pause_at=1, pause_steps=3)
+    run = run_workload(w, VllmSUT, CheckSet("property").build())
+    assert run.violation is None and run.drained
+    assert not {1, 2, 3} & set(work_steps(run, "a") + work_steps(run, "b"))
+    assert work_steps(run, "a")[:2] == [0, 4] and work_steps(run, "b")[0] == 4
+
+
+def test_a_pause_of_new_requests_lets_running_ones_and_loaded_ones_go_on() -> None:
+    """Under PAUSED_NEW, `a` (running) keeps decoding, `c` (its KV loaded before
+    the pause, holding its blocks) is admitted, `b` (arriving in it) waits."""
+    from loopcheck.adapters.vllm_sut import VllmSUT
+
+    w = vllm_workload(RequestSpec("a", (1, 2, 3), 5), RequestSpec("b", (4, 5, 6, 7), 2, arrival=2),
+                      RequestSpec("c", (8, 9, 10), 2, kv_load_steps=1), pause="new", pause_at=1, pause_steps=3)
+    run = run_workload(w, VllmSUT, CheckSet("property").build())
+    assert run.violation is None and run.drained
+    assert {1, 2, 3} <= set(work_steps(run, "a")) and work_steps(run, "b")[0] == 4
+    assert 1 <= work_steps(run, "c")[0] <= 3
+
+
+@pytest.mark.parametrize(("mode", "ignored", "signature"), [("all", "UNPAUSED", "pause.scheduled"),
+                                                            ("new", "UNPAUSED", "pause.admitted"),
+                                                            ("new", "PAUSED_ALL", "pause.running-held")])
+def test_a_scheduler_that_ignores_the_pause_is_caught(monkeypatch, mode, ignored, signature) -> None:
+    """vLLM's pause state replaced by `ignored` (a planted bug: the scheduler
+    not told, or told too much): the pause rule names it."""
+    from vllm.v1.core.sched.interface import PauseState
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from loopcheck.adapters.vllm_sut import VllmSUT
+
+    real = Scheduler.set_pause_state
+    monkeypatch.setattr(Scheduler, "set_pause_state", lambda self, state: real(
+        self, PauseState[ignored] if state != PauseState.UNPAUSED else state))
+    w = vllm_workload(RequestSpec("a", (1, 2, 3), 4), RequestSpec("b", (4, 5, 6, 7), 2, arrival=2),
+                      pause=mode, pause_at=1, pause_steps=3)
+    run = run_workload(w, VllmSUT, CheckSet("property").build())
+    assert (run.violation.signature if run.violation else None) == signature
