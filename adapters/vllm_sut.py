@@ -17,7 +17,9 @@ adapters/vllm_drafts.py. A KV connector is always on (kv_consumer, failures
 recomputed): a request's `kv_load_steps` has its prompt's full pages loaded
 through it, by the fake of adapters/vllm_kv_connector.py. The config's pause
 sets the scheduler's own pause state (`set_pause_state`) at its first and
-after its last step. The fields vLLM has no notion
+after its last step. Under `async_scheduling` vLLM's AsyncScheduler runs behind
+the engine core's batch queue of two: a step schedules its batch, then takes
+the output of the batch before. The fields vLLM has no notion
 of are pinned (incremental allocation, no watermark; the plain-engine profile of
 sut/protocol.py pins the looped-model fields: a preempted request recomputes, keeping its tokens).
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from loopcheck.adapters.fake_lm import TINY_LM_DIR
@@ -61,7 +64,7 @@ _REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "reje
 
 @functools.lru_cache(maxsize=256)
 def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_num_batched_tokens: int,
-                  long_prefill: int, policy: str, max_loras: int, spec_tokens: int) -> Any:
+                  long_prefill: int, policy: str, max_loras: int, spec_tokens: int, async_scheduling: bool) -> Any:
     """vLLM's VllmConfig for these scheduler settings, built once per process
     and shared by the runs that use them (building one validates the model's
     config and the platform: about 13 ms, more than a whole run of vLLM's
@@ -85,7 +88,8 @@ def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_
 
     sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                             max_model_len=65536, enable_chunked_prefill=True, is_encoder_decoder=False,
-                            long_prefill_token_threshold=long_prefill, policy=policy)
+                            long_prefill_token_threshold=long_prefill, policy=policy,
+                            async_scheduling=async_scheduling)
     model = ModelConfig(model=str(TINY_LM_DIR), skip_tokenizer_init=True, dtype="float32", seed=0,
                         max_model_len=65536)
     cache = CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching)
@@ -103,6 +107,20 @@ def engine_config(block_size: int, prefix_caching: bool, max_num_seqs: int, max_
                       speculative_config=drafts)
 
 
+@dataclass(frozen=True)
+class Batch:
+    """A batch scheduled: vLLM's SchedulerOutput, the step that scheduled it,
+    the requests that sample a token in it (not in the middle of a prompt),
+    and, under async scheduling, the work it does past the tokens known when
+    it was scheduled (request, start, end: a decode whose input is the token
+    of the batch in flight)."""
+
+    output: Any
+    step: int
+    sampling: frozenset[str]
+    unknown: tuple[tuple[str, int, int], ...]
+
+
 class VllmSUT:
     """One vLLM Scheduler with a fake LM runner."""
 
@@ -111,6 +129,7 @@ class VllmSUT:
         logging.getLogger("vllm").setLevel(logging.ERROR)   # (also where vLLM leaves its loggers unconfigured)
         import torch
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
         from vllm.v1.structured_output import StructuredOutputManager
@@ -119,15 +138,19 @@ class VllmSUT:
         self.capabilities = Capabilities(kv=True, state_key=True, priorities=cfg.priority_preemption,
                                          pinned=PINNED, block_tables=True, code=("vllm.v1.core",),
                                          refuses=("prompt_only",), cached_pages=True,
-                                         features=("lora", "grammar", "kv_transfer", "spec", "pause"))
+                                         features=("lora", "grammar", "kv_transfer", "spec", "pause",
+                                                   "async_scheduling"))
         bs = cfg.block_size
         long_prefill = cfg.prefill_chunk_size if cfg.prefill_chunk_size < cfg.max_num_batched_tokens else 0
+        if cfg.async_scheduling and cfg.spec_tokens:
+            raise WorkloadError("config.async_scheduling: the vLLM adapter runs it without speculative decoding "
+                                f"(spec_tokens 0), got spec_tokens {cfg.spec_tokens}")
         if cfg.max_num_batched_tokens < cfg.max_num_seqs:
             raise WorkloadError(f"config.max_num_batched_tokens: vLLM needs at least max_num_seqs "
                                 f"({cfg.max_num_seqs}), got {cfg.max_num_batched_tokens}")
         vllm_config = engine_config(bs, cfg.prefix_caching, cfg.max_num_seqs, cfg.max_num_batched_tokens,
                                     long_prefill, "priority" if cfg.priority_preemption else "fcfs", cfg.max_loras,
-                                    cfg.spec_tokens)
+                                    cfg.spec_tokens, cfg.async_scheduling)
         blocks = cfg.num_blocks + 1   # vLLM's block 0 is its reserved null block
         kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(
             ["layer"], FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32))])
@@ -135,8 +158,9 @@ class VllmSUT:
         grammars = StructuredOutputManager(vllm_config)
         grammars.backend, grammars.backend_name = FakeGrammarBackend(cfg.vocab_size), BACKEND
         self.compiler = grammars.executor = StepExecutor()   # (its thread pool, absent without a tokenizer)
-        self.scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv, structured_output_manager=grammars,
-                                   block_size=bs, log_stats=False)
+        scheduler_class = AsyncScheduler if cfg.async_scheduling else Scheduler   # (the engine core's choice)
+        self.scheduler = scheduler_class(vllm_config=vllm_config, kv_cache_config=kv,
+                                         structured_output_manager=grammars, block_size=bs, log_stats=False)
         from vllm.utils.hashing import sha256_cbor
 
         init_none_hash(sha256_cbor)
@@ -154,6 +178,7 @@ class VllmSUT:
         self.stored: list[tuple[int, ...]] = []              # the pages vLLM's prefix cache registered this step
         self.steps = 0
         self.requesters: dict[str, str] = {}   # victim -> the request vLLM preempted it for, this step
+        self.in_flight: Batch | None = None    # under async scheduling, the batch whose output comes next step
         self._watch_preemptions()
         self._watch_registrations()
 
@@ -215,7 +240,10 @@ class VllmSUT:
         return request
 
     def step(self) -> list[Event]:
-        from vllm.v1.outputs import ModelRunnerOutput
+        """One engine-core step: arrivals and aborts, then `schedule()`, then
+        the model output of a batch through `update_from_output`: this step's,
+        or under async scheduling the previous step's (the batch scheduled now
+        stays in flight), as vLLM's engine core runs its batch queue of two."""
         from vllm.v1.request import RequestStatus
 
         events: list[Event] = []
@@ -232,12 +260,31 @@ class VllmSUT:
             for rid in live:
                 events += [Abort(rid), Finish(rid, "abort")]
                 self.outputs[rid].finish_reason = "abort"
-        self.requesters = {}
         self.compiler.run_due(self.steps)
-        self.connector.step = self.steps
         self._pause()
+        if not self.cfg.async_scheduling:
+            self._update(self._schedule(events), events)
+        else:
+            batch = self._schedule(events) if self.scheduler.has_requests() else None
+            in_flight, self.in_flight = self.in_flight, batch
+            if in_flight is not None:
+                self._update(in_flight, events)
+            for rid, start, end in batch.unknown if batch is not None else ():
+                r = self.scheduler.requests.get(rid)   # (a decode of a request that stopped or was preempted: moot)
+                if r is not None and r.status == RequestStatus.RUNNING and end <= r.num_tokens:
+                    events.append(Prefill(rid, start, end))
+            if batch is not None and batch.output.pending_structured_output_tokens:
+                self.scheduler.get_grammar_bitmask(batch.output)   # (deferred until the outputs it waits for came)
+        self.steps += 1
+        return events
+
+    def _schedule(self, events: list[Event]) -> Batch:
+        """`schedule()`, its events appended to `events`; the batch."""
+        self.requesters = {}
+        self.connector.step = self.steps
         so = self.scheduler.schedule()
-        self.scheduler.get_grammar_bitmask(so)   # (as the engine core asks before the model runs; all allowed)
+        if not so.pending_structured_output_tokens:
+            self.scheduler.get_grammar_bitmask(so)   # (as the engine core asks before the model runs; all allowed)
         self.stored = []
         for rid in sorted(so.preempted_req_ids or ()):
             self.preempted.add(rid)
@@ -250,10 +297,9 @@ class VllmSUT:
         new = {r.req_id for r in so.scheduled_new_reqs} | set(getattr(so.scheduled_cached_reqs, "resumed_req_ids",
                                                                         ()) or ())
         bs = self.cfg.block_size
-        sampled: list[list[int]] = []
-        ids = list(so.num_scheduled_tokens)
-        for rid in ids:
-            r, n = reqs[rid], so.num_scheduled_tokens[rid]
+        unknown: list[tuple[str, int, int]] = []
+        for rid, n in so.num_scheduled_tokens.items():
+            r = reqs[rid]
             start = r.num_computed_tokens - n
             drafts = list(so.scheduled_spec_decode_tokens.get(rid, ()))
             n -= len(drafts)   # (the positions of the request's own tokens)
@@ -264,14 +310,27 @@ class VllmSUT:
                     events.append(Resume(rid, hits, 0))
                 else:
                     events.append(Admit(rid, hits))
-            if start + n > r.num_tokens - 1 and start < r.num_tokens:   # reaches the last known token
-                sampled.append(verify(list(r.all_token_ids), drafts))
-            else:
-                sampled.append([])
-            if start < r.num_tokens - 1 or n > 1:
-                events.append(Prefill(rid, start, start + n))
+            if self.cfg.async_scheduling and start + n > r.num_tokens:
+                unknown.append((rid, start, start + n))   # (its input token is in flight: reported once it came)
+            elif self.cfg.async_scheduling or start < r.num_tokens - 1 or n > 1:
+                events.append(Prefill(rid, start, start + n))   # (sync: a last position shows by its token)
             if drafts:
                 events.append(Draft(rid, len(drafts)))
+        sampling = frozenset(rid for rid in so.num_scheduled_tokens if not reqs[rid].is_prefill_chunk)
+        return Batch(so, self.steps, sampling, tuple(unknown))
+
+    def _update(self, batch: Batch, events: list[Event]) -> None:
+        """The fake model's output of `batch` through
+        `update_from_output`, its tokens and finishes appended to `events`: each
+        request of `batch.sampling` samples a token (the fake LM's, from its
+        tokens now), and one more per draft it verified and kept."""
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        so, reqs = batch.output, self.scheduler.requests
+        ids = list(so.num_scheduled_tokens)
+        sampled = [verify(list(reqs[rid].all_token_ids), list(so.scheduled_spec_decode_tokens.get(rid, ())))
+                   if rid in batch.sampling and rid in reqs else [] for rid in ids]
+        self.connector.step = batch.step   # (the loads that end with this batch's model output)
         transfers, failed = self.connector.finished()
         for rid in failed:
             self.loaded.pop(rid, None)
@@ -290,8 +349,6 @@ class VllmSUT:
                     out.finish_reason = reason
                     events.append(Finish(o.request_id, reason))
         self._propose_drafts(ids)
-        self.steps += 1
-        return events
 
     def _pause(self) -> None:
         """Set the scheduler's pause state for this step as the config's pause
@@ -325,12 +382,31 @@ class VllmSUT:
                       self.drafter.rounds.get(rid, 0)) for rid, r in sorted(s.requests.items())),
                tuple(r.request_id for r in s.running), tuple(r.request_id for r in s.waiting), free_ids,
                self.compiler.pending(self.steps), self.connector.pending(), tuple(sorted(self.loaded.items())),
-               max(0, self.cfg.pause_end - self.steps))
-        # (not `has_unfinished_requests`: paused, the scheduler reports none, so that its engine core idles)
+               max(0, self.cfg.pause_end - self.steps), self._overlap_key())
+        # (not `has_unfinished_requests`: paused, the scheduler reports none, so that its engine core idles; and a
+        # batch in flight is work left, its output to come)
+        unfinished = bool(self.pending) or sum(s.get_request_counts()) > 0 or self.in_flight is not None
         return Observation(blocks_held=self.cfg.num_blocks - len(free_ids), kv_errors=self._kv_errors(free_ids),
-                           outputs=self.outputs, unfinished=bool(self.pending) or sum(s.get_request_counts()) > 0,
+                           outputs=self.outputs, unfinished=unfinished,
                            state_key=key, block_tables=self._block_tables(), cached_pages=self._cached_pages(),
                            registered_pages=sorted(set(self.stored)))
+
+    def _overlap_key(self) -> tuple:
+        """Under async scheduling, the state of the overlap: the batch in flight
+        (what it scheduled, who samples), each request's output placeholders and
+        in-flight and stale tokens, the deferred frees by how far their fence
+        is ahead, and the finished requests the next batch will name (the engine
+        core schedules while there are any); () otherwise."""
+        if not self.cfg.async_scheduling:
+            return ()
+        s, batch = self.scheduler, self.in_flight
+        flight = None if batch is None else (tuple(sorted(batch.output.num_scheduled_tokens.items())),
+                                             tuple(sorted(batch.sampling)))
+        requests = tuple((rid, r.num_output_placeholders, r.num_in_flight_tokens, r.num_stale_output_tokens,
+                          r.drop_stale_output) for rid, r in sorted(s.requests.items()))
+        frees = tuple((fence - s.processed_step_seq, tuple(b.block_id for b in blocks))
+                      for fence, blocks in s.deferred_frees)
+        return flight, requests, frees, s.sched_step_seq - s.processed_step_seq, tuple(sorted(s.finished_req_ids))
 
     def _naming(self, hasher: Any) -> Any:
         """vLLM's request block hasher, naming each page it hashes: the tokens
@@ -384,7 +460,8 @@ class VllmSUT:
                 for rid, blocks in manager.req_to_blocks.items() if blocks}
 
     def _kv_errors(self, free_ids: tuple[int, ...]) -> list[str]:
-        """Every block's ref count equals the requests that hold it; the free queue
+        """Every block's ref count equals the requests that hold it (and the
+        frees vLLM defers while a batch in flight may write them); the free queue
         (`free_ids`, in order) holds exactly the unreferenced blocks; finished
         requests hold none."""
         from collections import Counter
@@ -397,6 +474,8 @@ class VllmSUT:
                         and rid not in self.connector.transfers):   # (held until its load ends, as vLLM does)
                     return [f"finished request {rid} still holds {len(blocks)} blocks"]
                 holders.update(b.block_id for b in blocks if not b.is_null)
+        for _, blocks in self.scheduler.deferred_frees:   # (freed once the batch that may write them came back)
+            holders.update(b.block_id for b in blocks if not b.is_null)
         errors = [f"block {b.block_id}: ref count {b.ref_cnt} != {holders[b.block_id]} holders"
                   for b in pool.blocks[1:] if b.ref_cnt != holders[b.block_id]]
         unreferenced = sum(b.ref_cnt == 0 for b in pool.blocks[1:])

@@ -10,7 +10,9 @@ oversized=off --ignore priority-inversion`, so a mutant seen only as a priority
 inversion survives; pass `--shape oversized=off,spec=off` for the KV transfer
 mutants and `--shape oversized=off,kv_transfer=off` for the speculative
 decoding ones, as the two together meet the queue-head stall's face of
-examples/vllm/kv_load_spec_stall.json); with --target lmdeploy, bugs planted in LMDeploy's paging code
+examples/vllm/kv_load_spec_stall.json; `--shape oversized=off,spec=off` for the
+pause mutants, and for the async scheduling ones every other deployment feature
+off); with --target lmdeploy, bugs planted in LMDeploy's paging code
 (allocator, prefix-cache trie, sequence states, scheduler), fuzzed through the
 LMDeploy adapter with the property checks; with --target sglang, bugs planted in SGLang's
 allocator, radix cache, prefill adder and requests, fuzzed through the SGLang adapter with
@@ -210,6 +212,23 @@ VLLM_MUTANTS = [
     ("paused new: the waiting queue is still taken",
      ((SCHED_V, "if not request_queue and self._pause_state == PauseState.UNPAUSED:",
        "if not request_queue and self._pause_state != PauseState.PAUSED_ALL:"),)),
+    # asynchronous scheduling (a batch scheduled before the last one's outputs came; the AsyncScheduler)
+    ("async: a preemption keeps the output placeholders",
+     ((SCHED_V, "        request.num_output_placeholders = 0\n        request.num_preemptions += 1\n",
+       "        request.num_preemptions += 1\n"),)),
+    ("async: no placeholder for the token in flight",
+     (("vllm.v1.core.sched.async_scheduler", "            request.num_output_placeholders += (",
+       "            request.num_output_placeholders += 0 * ("),)),
+    ("async: a step is scheduled past max_tokens",
+     ((SCHED_V, "                and request.num_computed_tokens + 2 - request.num_output_placeholders\n"
+                "                >= request.num_prompt_tokens + request.max_tokens",
+       "                and request.num_computed_tokens + 1 - request.num_output_placeholders\n"
+                "                >= request.num_prompt_tokens + request.max_tokens"),)),
+    ("async: a fenced victim is preempted (the fix of #49674 undone)",
+     ((SCHED_V, "                    if not self._request_blocks_can_be_freed(preempted_req):\n"
+                "                        break\n", ""),)),
+    ("async: deferred frees are never drained",
+     ((SCHED_V, "            self._drain_deferred_frees()\n", "            pass\n"),)),
     ("paused new: requests holding KV blocks are held too",
      ((SCHED_V, "                request_queue = self.kv_holding_waiting\n",
        "                request_queue = self.kv_holding_waiting if not self._pause_state else None\n"),)),

@@ -113,7 +113,9 @@ FEATURE_LINES = {"lora": re.compile("lora", re.IGNORECASE),
                  "kv_transfer": re.compile(r"(?<!ec_)connector|remote_kv|recving|kv_load|invalid_block|kv_xfer",
                                            re.IGNORECASE),
                  "spec": re.compile(r"spec_token|spec_decode|num_spec|draft|speculative", re.IGNORECASE),
-                 "pause": re.compile(r"pause", re.IGNORECASE)}
+                 "pause": re.compile(r"pause", re.IGNORECASE),
+                 "async_scheduling": re.compile(r"placeholder|stale|in_flight|deferred_free|step_seq|async_sched",
+                                                re.IGNORECASE)}
 
 
 def naming_lines(paths: set[str], pattern: re.Pattern[str]) -> set[tuple[str, int]]:

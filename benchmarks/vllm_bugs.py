@@ -8,7 +8,11 @@ vLLM extra (scripts/install-engine.sh vllm).
   that fit the pool (`--shape oversized=off`), expecting `priority-inversion`;
 - the prefix-cache hit on a page never computed (a page registered when its
   step was scheduled, the request then preempted out of the step; #43569): the
-  same shape with the priority inversion ignored, expecting `prefix-hits`.
+  same shape with the priority inversion ignored, expecting `prefix-hits`;
+- a lone request preempting itself while a stopped request's blocks wait behind
+  the async fence (docs/engines/vllm.md): async scheduling drawn, the other
+  deployment features and oversized requests off, the findings above ignored,
+  expecting `lone-preemption`.
 
 Usage: python -m benchmarks.vllm_bugs [--seeds 5] [--budget 60]
 """
@@ -34,6 +38,10 @@ def main() -> None:
                args.seeds, args.budget, shape=Shape.parse("oversized=off"), **common))
     print(hunt("vLLM #43569: a prefix-cache hit on a page registered, never computed", {"prefix-hits"},
                args.seeds, args.budget, shape=Shape.parse("oversized=off"), ignore=("priority-inversion",), **common))
+    print(hunt("vLLM async: a lone request preempts itself while blocks wait for the batch in flight",
+               {"lone-preemption"}, args.seeds, args.budget,
+               shape=Shape.parse("oversized=off,lora=off,grammar=off,kv_transfer=off,spec=off,pause=off"),
+               ignore=("priority-inversion", "prefix-hits"), **common))
 
 
 if __name__ == "__main__":

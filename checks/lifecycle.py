@@ -23,7 +23,10 @@ class Lifecycle(Check):
     resumed only while preempted; it is preempted, and does work, only while
     running; nothing follows its finish. It never gets more than max_tokens tokens;
     `finish(length)` comes with exactly max_tokens, `finish(stop)` right after its
-    stop token, and its stop token, once generated, finishes it in that step. A
+    stop token, and its stop token, once generated, finishes it in that step.
+    Under async scheduling a step's tokens are the previous step's batch's: a
+    request running when the step started may get one after its preemption
+    in the step (its output is kept). A
     request that fits the pool alone is never preempted while no other request is
     in the system (waiting, running or preempted, or finished with its KV load
     still in flight): nobody could need its blocks."""
@@ -32,10 +35,12 @@ class Lifecycle(Check):
 
     def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         view, cfg = run.view, run.cfg
-        status = dict(view.before)
+        before = view.before
+        status = dict(before)
         for e in events:
             now = status.get(e.rid, SUBMITTED)
-            if now not in ALLOWED[e.kind]:
+            late = cfg.async_scheduling and e.kind == "token" and before.get(e.rid) == RUNNING   # (the batch before's)
+            if now not in ALLOWED[e.kind] and not (late and now == PREEMPTED):
                 self.broke(Violation("lifecycle", f"{e} while {e.rid} is {now}", rule="transition"))
             if e.kind == "preempt" and self._alone(e.rid, status, view) and (
                     lifetime_blocks(view.requests[e.rid].spec, cfg) + cfg.watermark_blocks <= cfg.num_blocks):
@@ -89,7 +94,12 @@ class Work(Check):
     come in order: without WCPB a prefill reports num_loops; with it a
     chunk runs depths 1, 2, ... num_loops in turn, and neither another chunk nor
     a token of the request comes before it ran them all (an admission,
-    resumption, preemption or rewind drops the chunk)."""
+    resumption, preemption or rewind drops the chunk). Under async scheduling a
+    step's tokens are the previous step's batch's, whose work that step
+    reported, the decode's input position too (a prefill of it, once its token
+    was known): a token's input position was computed by the time the step
+    started, and a token is twice in a batch only beside the step's other
+    tokens."""
 
     props = ("work",)
 
@@ -99,10 +109,14 @@ class Work(Check):
 
     def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         view, loops = run.view, run.cfg.num_loops
-        worked: dict[str, Event] = {}   # request -> its prefill or token so far in the step
+        late = run.cfg.async_scheduling   # (a step's tokens are of the batch before)
+        worked: dict[tuple[str, bool], Event] = {}   # (request, late token) -> its prefill or token so far in the step
         drafts: dict[str, int] = {}      # request -> the draft tokens its decode verified in the step, still unused
+        at_start: dict[str, int | None] = {}   # request -> its reach when the step started
         for e, tokens, reach in zip(events, view.tokens_before, view.reach_before, strict=True):
-            ran = worked.get(e.rid) if e.kind in ("prefill", "token") else None
+            at_start.setdefault(e.rid, reach)
+            batch = (e.rid, late and isinstance(e, Token))
+            ran = worked.get(batch) if e.kind in ("prefill", "token") else None
             verified = isinstance(e, Token) and ran is not None and ran.kind == "token" and drafts.get(e.rid, 0) > 0
             if verified:   # (a kept draft: the token after it is the same decode's)
                 drafts[e.rid] -= 1
@@ -113,7 +127,7 @@ class Work(Check):
             if isinstance(e, Draft):
                 drafts[e.rid] = e.count
             if isinstance(e, Prefill):
-                worked[e.rid] = e
+                worked[batch] = e
                 start, end = e.start, e.end
                 known = len(view.requests[e.rid].spec.prompt) + tokens
                 if not 0 <= start < end <= known:
@@ -130,9 +144,11 @@ class Work(Check):
                     self.broke(Violation("work", f"{e}: token {index} of {e.rid}, which has {tokens} tokens so far",
                                          rule="token-index"))
                 input_position = len(view.requests[e.rid].spec.prompt) + tokens - 1
-                worked[e.rid] = e
+                worked[batch] = e
                 # (after a prefill of the step, that prefill computed the input; after a kept draft, the decode did)
                 needed = input_position + 1 if ran is not None and not verified else input_position
+                if late:   # (its batch ran the step before, the input position included)
+                    reach, needed = at_start[e.rid], input_position + 1
                 if reach is not None and reach < needed:
                     self.broke(Violation("work", f"{e}: {e.rid}'s hits, restored positions and work since its "
                                                  f"admission reach only {reach}, so positions {reach}..{needed} were "

@@ -4,7 +4,7 @@ judge any scheduler against it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from loopcheck.model.config import Config
 from loopcheck.model.reference import ceil_div, never_fits, total_pages
@@ -45,7 +45,7 @@ def covered_blocks(running: Iterable[RequestView], cfg: Config) -> int:
     return len(pages) * cfg.planes
 
 
-def held_at_most(requests: Iterable[RequestView], cfg: Config) -> int:
+def held_at_most(requests: Iterable[RequestView], cfg: Config, released: Mapping[str, int] | None = None) -> int:
     """The most blocks `requests` may hold by the trace. A running request:
     under upfront allocation its lifetime's, else the pages under its `reach`
     (those of the positions its work so far wrote, which incremental allocation
@@ -56,8 +56,12 @@ def held_at_most(requests: Iterable[RequestView], cfg: Config) -> int:
     under the end of its KV load, while it waits for it or after it, or while
     the load of a finished one is still in flight (the store writes them);
     else none (waiting, preempted, recomputed or snapshotted to the CPU,
-    finished). Each page `planes` blocks, none shared; cache-only pages count as
-    free."""
+    finished). Under async scheduling, besides, a request that stopped running
+    in the step (finished or preempted; `released`, by the reach it had) may
+    keep the pages under that reach and one position more (a decode the batch
+    in flight runs for nothing) until that batch, which may still write them,
+    has come back. Each page `planes`
+    blocks, none shared; cache-only pages count as free."""
     most = 0
     for r in requests:
         loaded = r.load.end if r.load is not None else 0
@@ -67,4 +71,6 @@ def held_at_most(requests: Iterable[RequestView], cfg: Config) -> int:
             most += lifetime_blocks(r.spec, cfg)
         else:
             most += ceil_div(max(r.reach or 0, loaded) + 2 * cfg.spec_tokens, cfg.block_size) * cfg.planes
+    if cfg.async_scheduling:
+        most += sum(ceil_div(reach + 1, cfg.block_size) * cfg.planes for reach in (released or {}).values())
     return most

@@ -19,15 +19,23 @@ class Caps(Check):
     """running <= max_num_seqs, batched tokens <= max_num_batched_tokens (draft
     tokens verified included), the LoRA adapters of the requests that compute
     in a step (a prefill or a token) <= max_loras, and a request's draft tokens
-    verified in a step <= spec_tokens, every step, as the events report them."""
+    verified in a step <= spec_tokens, every step, as the events report them.
+    Under async scheduling a batch is a step's events but its tokens, with the
+    next step's tokens: it is judged then."""
 
     props = ("seq-cap", "token-cap", "lora-cap", "spec-cap")
+
+    def __init__(self) -> None:
+        self.scheduled: list[Event] = []   # under async scheduling: the last step's events but its tokens
 
     def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
         cfg = run.cfg
         running = run.view.running()
         if running > cfg.max_num_seqs:
             self.broke(Violation("seq-cap", f"{running} requests running > max_num_seqs {cfg.max_num_seqs}"))
+        if cfg.async_scheduling:
+            events, self.scheduled = (self.scheduled + [e for e in events if e.kind == "token"],
+                                      [e for e in events if e.kind != "token"])
         tokens = batch_tokens(events)
         if tokens > cfg.max_num_batched_tokens:
             self.broke(Violation("token-cap", f"batch of {tokens} tokens > max_num_batched_tokens "
@@ -62,7 +70,8 @@ class KvConservation(Check):
         if obs.blocks_held > run.cfg.num_blocks or obs.blocks_held < 0:
             self.broke(Violation("kv-conservation", f"{obs.blocks_held} blocks held of a pool of "
                                                     f"{run.cfg.num_blocks}", rule="held-out-of-range"))
-        if not run.view.unfinished() and not run.view.in_flight and obs.blocks_held:
+        released = held_at_most((), run.cfg, run.view.released)   # (async scheduling: blocks of a batch in flight)
+        if not run.view.unfinished() and not run.view.in_flight and obs.blocks_held > released:
             self.broke(Violation("kv-conservation", f"every request finished, but {obs.blocks_held} blocks "
                                                     "are still held", rule="held-after-finish"))
         running = [r for r in run.view.open.values() if r.status == RUNNING]
@@ -74,7 +83,7 @@ class KvConservation(Check):
         if obs.blocks_held < covered:
             self.broke(Violation("kv-coverage", f"the running requests have KV for positions ({reached()}) that take "
                                                 f"at least {covered} blocks, but {obs.blocks_held} are held"))
-        most = held_at_most(run.view.holders(), run.cfg)
+        most = held_at_most(run.view.holders(), run.cfg, run.view.released)
         if obs.blocks_held > most:
             loads = [f"{r.spec.rid} 0..{r.load.end}" for r in run.view.holders() if r.load is not None]
             self.broke(Violation("kv-excess", f"{obs.blocks_held} blocks held, but the running requests (positions "

@@ -303,6 +303,15 @@ PRESETS: dict[str, Scope] = {
                  "pause": ["new", "all"], "pause_at": [1], "pause_steps": [2]},
         prompts=[[1, 1], [1, 1, 2]], max_tokens=[1, MOST], kv_loads=[None, 1],
         max_requests=2, aborts=True, horizon=3, max_steps=40),
+    # asynchronous scheduling (a batch scheduled before the last one's outputs came) on features' configs, with stop
+    # tokens and aborts, which end a request while its next decode is in flight
+    "async": _preset(
+        "async",
+        configs={"num_blocks": [4, 7], "block_size": [2], "max_num_seqs": [1, 2], "max_num_batched_tokens": [4],
+                 "prefill_chunk_size": [2], "prefix_caching": [False, True], "priority_preemption": [True],
+                 "async_scheduling": [True]},
+        prompts=[[1, 1], [1, 1, 2]], max_tokens=[1, MOST], stops=[None, 0],
+        max_requests=2, aborts=True, horizon=3, max_steps=40),
     # memory pressure: three requests whose decodes (20 tokens, a stop token never given, so that an admission
     # estimate may count on an early stop) outgrow the pool together though any two fit
     "pressure": _preset(

@@ -85,6 +85,7 @@ class TraceView:
         self.worked: set[str] = set()             # requests that ran prefill or decode in the last step
         self.tokens_before: list[int] = []        # per event of the last step, its request's tokens before it
         self.reach_before: list[int | None] = []  # per event of the last step, its request's reach before it
+        self.released: dict[str, int] = {}        # the requests that stopped running in the last step -> their reach
         # The hashes of the contents (tokens from position 0 to its end) of every
         # full page some request's prefill or decode computed so far (if kept),
         # and, per admission or resumption of the last step, the contents of the
@@ -107,6 +108,7 @@ class TraceView:
         self.worked = set()
         self.tokens_before = []
         self.reach_before = []
+        self.released = {}
         self.hit_pages = []
         bs = self.block_size
         self._end_loads()
@@ -119,7 +121,8 @@ class TraceView:
                 self.worked.add(e.rid)
                 start, end = computed(e, len(r.spec.prompt), r.generated)
                 self._computed(r, start, end)
-                r.reach = max(end, r.reach or 0)
+                if r.status == RUNNING:   # (not the late token of a request preempted since: async scheduling)
+                    r.reach = max(end, r.reach or 0)
             elif isinstance(e, (Admit, Resume)):
                 self.hit_pages.append((e, [r.content(k * bs) for k in range(1, e.hit_pages + 1)]))
                 r.reach = e.hit_pages * bs + (e.restored if isinstance(e, Resume) else 0)   # restored past the hits
@@ -133,6 +136,8 @@ class TraceView:
             elif isinstance(e, Rewind) and r.reach is not None:
                 r.reach = min(r.reach, e.frontier)
             elif e.kind in AFTER:
+                if r.status == RUNNING and e.kind in ("preempt", "finish"):
+                    self.released[e.rid] = r.reach or 0
                 r.reach = None
             if isinstance(e, Token):
                 r.token_ids.append(e.token_id)

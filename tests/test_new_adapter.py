@@ -90,11 +90,12 @@ def test_check_adapter_fails_a_system_that_is_not_deterministic(tmp_path, capsys
 
 
 def test_the_plain_engine_profile_pins_the_looped_fields() -> None:
-    no_features = {"max_loras": 1, "spec_tokens": 0}   # (what a system without "lora" and "spec" runs)
+    # (what a system without "lora", "spec", "pause" and "async_scheduling" runs)
+    no_features = {"max_loras": 1, "spec_tokens": 0, "pause": "off", "async_scheduling": False}
     assert Capabilities().pinned == {**PLAIN_ENGINE, **no_features}
     assert Capabilities(pinned={"block_size": 16}).pinned == {**PLAIN_ENGINE, **no_features, "block_size": 16}
     assert Capabilities(looped=True).pinned == no_features
-    assert Capabilities(looped=True, features=("lora", "spec")).pinned == {}
+    assert Capabilities(looped=True, features=("lora", "spec", "pause", "async_scheduling")).pinned == {}
     system = types.SimpleNamespace(add=id, abort=id, step=id, observe=id,
                                    capabilities=Capabilities(pinned={"num_loops": 2}))
     with pytest.raises(ProtocolError, match="capabilities.looped False"):

@@ -120,3 +120,57 @@ def test_a_scheduler_that_ignores_the_pause_is_caught(monkeypatch, mode, ignored
                       pause=mode, pause_at=1, pause_steps=3)
     run = run_workload(w, VllmSUT, CheckSet("property").build())
     assert (run.violation.signature if run.violation else None) == signature
+
+
+def token_steps(run) -> dict[str, list[int]]:
+    """Per request, the step of each of its tokens."""
+    steps: dict[str, list[int]] = {}
+    for t, events in enumerate(run.driver.trace):
+        for e in events:
+            if e.kind == "token":
+                steps.setdefault(e.rid, []).append(t)
+    return steps
+
+
+def test_async_scheduling_reports_each_token_a_step_late_with_the_same_outputs() -> None:
+    """vLLM's AsyncScheduler behind the engine core's batch queue of two: each
+    batch's tokens come in the next step, the outputs are the synchronous
+    run's, and every rule holds (a stop token and an abort end requests while
+    their next decode is in flight)."""
+    from loopcheck.adapters.vllm_sut import VllmSUT
+
+    requests = (RequestSpec("a", (1, 2, 3), 4), RequestSpec("b", (4, 5, 6, 7, 8), 3, arrival=1),
+                RequestSpec("c", (9, 10), 6, arrival=1, abort_at=4))
+    sync = run_workload(vllm_workload(*requests), VllmSUT, CheckSet("property").build())
+    late = run_workload(vllm_workload(*requests, async_scheduling=True), VllmSUT, CheckSet("property").build())
+    assert sync.violation is None and late.violation is None and sync.drained and late.drained
+    now, before = ({rid: o.token_ids for rid, o in run.observation.outputs.items()} for run in (late, sync))
+    assert now["a"] == before["a"] and now["b"] == before["b"]
+    assert now["c"] == before["c"][:-1]   # (its abort comes when a token fewer has come back)
+    assert all(t == s + 1 for rid, steps in token_steps(late).items()
+               for t, s in zip(steps, token_steps(sync)[rid], strict=False)), (token_steps(sync), token_steps(late))
+
+
+def test_async_frees_that_never_come_back_are_caught(monkeypatch) -> None:
+    """A planted bug: the frees vLLM defers while a batch is in flight are
+    never drained; the held blocks are found once a request aborted while its
+    next decode was in flight (and the same workload passes without it)."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from loopcheck.adapters.vllm_sut import VllmSUT
+
+    w = vllm_workload(RequestSpec("a", (1, 2, 3), 4), RequestSpec("c", (9, 10), 6, arrival=1, abort_at=4),
+                      async_scheduling=True)
+    assert run_workload(w, VllmSUT, CheckSet("property").build()).violation is None
+    monkeypatch.setattr(Scheduler, "_drain_deferred_frees", lambda self: None)
+    violation = run_workload(w, VllmSUT, CheckSet("property").build()).violation
+    assert violation is not None and violation.prop in ("kv-conservation", "kv-excess"), violation
+
+
+def test_the_adapter_refuses_async_scheduling_with_speculative_decoding() -> None:
+    from loopcheck.adapters.vllm_sut import VllmSUT
+    from loopcheck.model.errors import WorkloadError
+
+    w = vllm_workload(RequestSpec("a", (1, 2, 3), 4), async_scheduling=True, spec_tokens=1)
+    with pytest.raises(WorkloadError, match="async_scheduling: the vLLM adapter runs it without speculative"):
+        VllmSUT(w.config)
