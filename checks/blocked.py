@@ -82,7 +82,8 @@ class KvLoads(Check):
     the request is neither admitted nor resumed and does no work (its blocks
     are being written); once it has ended, loaded or failed, a request that
     fits the pool does not stay waiting for `within` steps in a row in which no
-    request computes and no other load is in flight (`IdleBeside`): a failed load is recovered from, by
+    request computes and no other load is in flight (`IdleBeside`; a load has ended once the system may know
+    it, `Config.load_known`): a failed load is recovered from, by
     computing what it did not bring. That a failed load's positions are then
     computed, not taken as loaded, is `work`'s prefill-skipped and
     `prefix-hits`' rules; that its blocks are released, `kv-excess`'s."""

@@ -29,16 +29,19 @@ def unpaused_steps(cfg: Config, start: int, end: int) -> int:
 class Pauses(Check):
     """While the engine is paused "all", nothing is scheduled: no request is
     admitted, resumed or preempted, none starts a KV load, does work or
-    publishes a page. While it is paused "new", the running requests go on (a
-    step with requests running at its start is not empty) and a request
-    holding KV blocks (its load started) may be admitted, but no other is
-    admitted or resumed and no KV load starts. (Arrivals, aborts and rejections
+    publishes a page. While it is paused "new", the running requests go on
+    (`quiet` steps in a row with requests running at their start in which
+    nothing is scheduled are a hold, as they would be a stall unpaused) and a request holding KV
+    blocks (its load started) may be admitted, but no other is admitted or
+    resumed and no KV load starts. (Arrivals, aborts and rejections
     come as in any step, and under async scheduling the tokens of the batch
     scheduled before.)"""
 
     props = ("pause",)
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: int = 3) -> None:
+        self.quiet = quiet
+        self.held = 0   # steps in a row paused "new" with requests running and nothing scheduled
         self.loaded: set[str] = set()   # the requests holding the blocks of a KV load they started, before the step
 
     def after_step(self, run: RunView, events: list[Event], obs: Observation) -> None:
@@ -50,11 +53,15 @@ class Pauses(Check):
             elif isinstance(e, (Preempt, Finish)):
                 self.loaded.discard(e.rid)
         if mode is None:
+            self.held = 0
             return
         running = sorted(rid for rid, status in run.view.before.items() if status == RUNNING)
-        if mode == "new" and running and not events:
-            self.broke(Violation("pause", f"nothing happened in step {step} while the engine is paused (new), "
-                                          f"though {', '.join(running)} ran", rule="running-held"))
+        worked = any(isinstance(e, _SCHEDULED) for e in events)
+        self.held = self.held + 1 if mode == "new" and running and not worked else 0
+        if self.held >= self.quiet:
+            self.broke(Violation("pause", f"nothing was scheduled in {self.held} steps in a row up to step {step} "
+                                          f"while the engine is paused (new), though {', '.join(running)} ran",
+                                 rule="running-held"))
         for e in events:
             late = run.cfg.async_scheduling and isinstance(e, Token)   # (the output of a batch before the pause)
             if mode == "all" and isinstance(e, _SCHEDULED) and not late:

@@ -182,7 +182,8 @@ class Driver:
         self.specs: list[RequestSpec] = []
         self.trace: list[list[Event]] = []
         self.counters = Counters()
-        self.view = TraceView(cfg.block_size, keep_pages=cfg.prefix_caching and bool(checks))   # for prefix-hits
+        self.view = TraceView(cfg.block_size, keep_pages=cfg.prefix_caching and bool(checks),   # (for prefix-hits)
+                              load_known=cfg.load_known)
         self.on_step = on_step
         self.failure: Violation | None = None
         self.ended_by: Violation | None = None

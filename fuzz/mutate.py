@@ -67,7 +67,7 @@ class Limits:
             return False
         if s.pause == OFF and cfg.pause != "off":
             return False
-        if cfg.async_scheduling and (s.async_scheduling == OFF or cfg.spec_tokens):
+        if cfg.async_scheduling and (s.async_scheduling == OFF or cfg.spec_tokens or cfg.pause == "all"):
             return False
         if cfg.spec_tokens > most_drafts(cfg.max_positions, cfg.max_num_batched_tokens, cfg.prefill_chunk_size):
             return False

@@ -45,7 +45,8 @@ class Shape:
     pause: the engine paused by its operator ("new" or "all") from one of the
       first 8 steps for 1 to 4 steps (on/off);
     async_scheduling: a step's batch scheduled before the previous batch's
-      outputs are known, in configs without speculative decoding (on/off).
+      outputs are known, in configs without speculative decoding or a pause
+      of all (on/off).
     """
 
     priorities: str | int = ON
@@ -154,7 +155,8 @@ def configs(draw: st.DrawFn, features: Collection[str] = (), **fixed: Any) -> Co
     `features` (of a system that runs them): `max_loras` (1 or 2) for "lora",
     `spec_tokens` (0 to `most_drafts`) for "spec", the `pause` fields (off,
     new or all, from one of the first 8 steps for 1 to 4 steps) for "pause",
-    `async_scheduling` (where `spec_tokens` is 0) for "async_scheduling"; else
+    `async_scheduling` (where `spec_tokens` is 0 and the pause is not "all",
+    docs/semantics.md) for "async_scheduling"; else
     they keep the values every other system runs (1, 0, off and False)."""
     def pick(name: str, strategy: st.SearchStrategy[Any]) -> Any:
         return fixed[name] if name in fixed else draw(strategy)
@@ -195,7 +197,8 @@ def configs(draw: st.DrawFn, features: Collection[str] = (), **fixed: Any) -> Co
         values["pause"] = pick("pause", st.sampled_from(PAUSES))
         values["pause_at"] = pick("pause_at", st.integers(0, 7))
         values["pause_steps"] = pick("pause_steps", st.integers(1, 4))
-    if "async_scheduling" in features and not values.get("spec_tokens", fixed.get("spec_tokens")):
+    if "async_scheduling" in features and not values.get("spec_tokens", fixed.get("spec_tokens")) and (
+            values.get("pause", fixed.get("pause")) != "all"):
         values["async_scheduling"] = pick("async_scheduling", st.booleans())
     return Config(**{**values, **fixed})
 

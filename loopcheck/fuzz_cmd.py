@@ -30,6 +30,7 @@ from loopcheck.fuzz.machine import Stats
 from loopcheck.fuzz.seeds import derived_seed
 from loopcheck.fuzz.settings import CampaignSettings
 from loopcheck.fuzz.strategies import Shape
+from loopcheck.model.workload import FEATURES
 from loopcheck.options import add_adapter, add_check_mode, add_cluster, check_set_of
 from loopcheck.report import banner, checks_not_run, command_line, not_run_line, reproduce_line
 from loopcheck.runctl.pool import in_processes
@@ -57,8 +58,9 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="the regression config, or random small configs covering every switch (default: "
                         "regression for systems with loopcheck's semantics, else random)")
     p.add_argument("--shape", default="", metavar="NAME=on|off|INT,...",
-                   help=f"workload features: {', '.join(Shape.__dataclass_fields__)} (default all on; lora and "
-                        "grammar only where the system claims them, capabilities.features)")
+                   help=f"workload features: {', '.join(Shape.__dataclass_fields__)} (default all on; the "
+                        f"deployment features, {', '.join(FEATURES)}, only where the system claims them, "
+                        "capabilities.features)")
     p.add_argument("--db", help="example database: a folder (default OUT/db) or redis://host:port/n")
     p.add_argument("--guidance", choices=GUIDANCE, default=None,
                    help="what aims the rounds between random batches: model (windows the reference model "

@@ -127,6 +127,13 @@ class Config:
         an input the run waits for."""
         return self.pause_at + self.pause_steps if self.pause != "off" else 0
 
+    def load_known(self, ends_at: int) -> int:
+        """The earliest step from which a system may know that a KV load ending
+        at step `ends_at` has ended: then, or under async scheduling, whose
+        system learns of it with the output of the batch of the load's last
+        step, taken a step later, the step after."""
+        return ends_at + 1 if self.async_scheduling else ends_at
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

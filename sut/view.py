@@ -6,6 +6,7 @@ checks read it instead of the SUT's internals.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loopcheck.model.events import Admit, Event, Finish, Load, Preempt, Prefill, Resume, Rewind, Token
@@ -19,8 +20,9 @@ AFTER = {"arrive": WAITING, "admit": RUNNING, "resume": RUNNING, "preempt": PREE
 @dataclass(frozen=True)
 class LoadState:
     """A KV load a `Load` event started: positions [start, end), ended from
-    step `ends_at` on (the start step plus the request's `kv_load_steps`), valid
-    then unless it failed (`ok` False)."""
+    step `ends_at` on (the start step plus the request's `kv_load_steps`, or
+    later, once the system may first know it: `Config.load_known`), valid then unless
+    it failed (`ok` False)."""
 
     start: int
     end: int
@@ -75,10 +77,12 @@ def computed(e: Event, prompt_len: int, tokens: int) -> tuple[int, int]:
 class TraceView:
     """Request statuses and per-step facts, folded from submissions and events
     (`block_size`: the positions of a prefix-cache hit page; `keep_pages`: keep
-    the pages computed, which hits are checked against)."""
+    the pages computed, which hits are checked against; `load_known`: the
+    earliest step from which the system may know that a KV load ending at a
+    step has ended, `Config.load_known`, until which the load is in flight)."""
 
-    def __init__(self, block_size: int, keep_pages: bool) -> None:
-        self.block_size, self.keep_pages = block_size, keep_pages
+    def __init__(self, block_size: int, keep_pages: bool, load_known: Callable[[int], int] = int) -> None:
+        self.block_size, self.keep_pages, self.load_known = block_size, keep_pages, load_known
         self.requests: dict[str, RequestView] = {}
         self.open: dict[str, RequestView] = {}    # the unfinished ones, in submission order
         self.changed: dict[str, str] = {}         # statuses at the start of the last step, of its events' requests
@@ -131,7 +135,7 @@ class TraceView:
             elif isinstance(e, Load):
                 steps = r.spec.kv_load_steps
                 ok = steps is not None and not r.spec.kv_load_fails
-                r.load = LoadState(e.start, e.end, self.step + (steps or 1), ok)
+                r.load = LoadState(e.start, e.end, self.load_known(self.step + (steps or 1)), ok)
                 self.in_flight[e.rid] = r
             elif isinstance(e, Rewind) and r.reach is not None:
                 r.reach = min(r.reach, e.frontier)
