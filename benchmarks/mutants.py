@@ -10,9 +10,11 @@ oversized=off --ignore priority-inversion`, so a mutant seen only as a priority
 inversion survives; pass `--shape oversized=off,spec=off` for the KV transfer
 mutants and `--shape oversized=off,kv_transfer=off` for the speculative
 decoding ones, as the two together meet the queue-head stall's face of
-examples/vllm/kv_load_spec_stall.json; `--shape oversized=off,spec=off` for the
-pause mutants, and for the async scheduling ones every other deployment feature
-off); with --target lmdeploy, bugs planted in LMDeploy's paging code
+examples/vllm/kv_load_spec_stall.json; `--shape
+oversized=off,spec=off,async_scheduling=off` for the pause mutants, and for the
+async scheduling ones every other deployment feature off, as async scheduling
+meets the fenced-free self-preemption of
+examples/vllm/fenced_free_self_preemption.json); with --target lmdeploy, bugs planted in LMDeploy's paging code
 (allocator, prefix-cache trie, sequence states, scheduler), fuzzed through the
 LMDeploy adapter with the property checks; with --target sglang, bugs planted in SGLang's
 allocator, radix cache, prefill adder and requests, fuzzed through the SGLang adapter with
