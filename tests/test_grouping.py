@@ -72,7 +72,8 @@ def test_crashes_at_two_sites_are_never_one_group(tmp_path, monkeypatch) -> None
 # (too large for the pool; its KV load's reservation too large; its padded verify step larger than the budget).
 SHIPPED_CAUSES = {
     "vllm": [["fenced_free_self_preemption.json"],
-             ["kv_load_spec_stall.json", "queue_head_stall.json", "spec_pad_stall.json"], ["priority_inversion.json"],
+             ["kv_load_spec_stall.json", "queue_head_stall.json", "spec_pad_stall.json"],
+             ["paused_loaded_request_held.json"], ["priority_inversion.json"],
              ["spec_pad_chunk_crash.json"], ["uncomputed_prefix_hit.json"]],
     "sglang": [["chunk_overwritten.json"], ["deferred_abort.json"], ["idle_stall.json"]],
 }
