@@ -262,21 +262,33 @@ class VllmSUT:
                 self.outputs[rid].finish_reason = "abort"
         self.compiler.run_due(self.steps)
         self._pause()
-        if not self.cfg.async_scheduling:
-            self._update(self._schedule(events), events)
+        if self.cfg.async_scheduling:
+            self._overlap(events)
         else:
-            batch = self._schedule(events) if self.scheduler.has_requests() else None
-            in_flight, self.in_flight = self.in_flight, batch
-            if in_flight is not None:
-                self._update(in_flight, events)
-            for rid, start, end in batch.unknown if batch is not None else ():
-                r = self.scheduler.requests.get(rid)   # (a decode of a request that stopped or was preempted: moot)
-                if r is not None and r.status == RequestStatus.RUNNING and end <= r.num_tokens:
-                    events.append(Prefill(rid, start, end))
-            if batch is not None and batch.output.pending_structured_output_tokens:
-                self.scheduler.get_grammar_bitmask(batch.output)   # (deferred until the outputs it waits for came)
+            self._update(self._schedule(events), events)
         self.steps += 1
         return events
+
+    def _overlap(self, events: list[Event]) -> None:
+        """Under async scheduling, as the engine core's batch queue of two:
+        schedule this step's batch (when the scheduler has requests), take the
+        output of the batch in flight, keep the new one in flight; then report
+        the new batch's decodes whose input token just came, and ask for its
+        grammar bitmask if it waited for those tokens."""
+        from vllm.v1.request import RequestStatus
+
+        batch = self._schedule(events) if self.scheduler.has_requests() else None
+        in_flight, self.in_flight = self.in_flight, batch
+        if in_flight is not None:
+            self._update(in_flight, events)
+        if batch is None:
+            return
+        for rid, start, end in batch.unknown:
+            r = self.scheduler.requests.get(rid)   # (a decode of a request that stopped or was preempted: moot)
+            if r is not None and r.status == RequestStatus.RUNNING and end <= r.num_tokens:
+                events.append(Prefill(rid, start, end))
+        if batch.output.pending_structured_output_tokens:
+            self.scheduler.get_grammar_bitmask(batch.output)   # (deferred until the outputs it waits for came)
 
     def _schedule(self, events: list[Event]) -> Batch:
         """`schedule()`, its events appended to `events`; the batch."""
