@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from loopcheck.checks.base import Check, RunView, Violation
+from loopcheck.checks.blocked import unblocked
 from loopcheck.checks.needs import admission_blocks, lifetime_blocks, never_fits
-from loopcheck.checks.pause import held_by_pause, unpaused_steps
+from loopcheck.checks.pause import unpaused_steps
 from loopcheck.model.config import Config
 from loopcheck.model.events import Event, Finish, Preempt
 from loopcheck.sut.protocol import Capabilities, Observation
@@ -81,11 +82,13 @@ class NeverFitRejected(Check):
             r = run.view.requests[rid]
             if r.status == FINISHED:
                 del self.submitted[rid]
-            elif unpaused_steps(cfg, t, run.t) >= self.within:
+                continue
+            waited = unpaused_steps(cfg, t, run.t)
+            if waited >= self.within:
                 others = [x.spec.rid for x in run.view.unfinished() if x.spec.rid != rid]
                 self.broke(Violation("never-fit-not-rejected",
                                      f"{rid} needs {lifetime_blocks(r.spec, cfg)} blocks, the pool has "
-                                     f"{cfg.num_blocks}; still {r.status} {unpaused_steps(cfg, t, run.t)} steps "
+                                     f"{cfg.num_blocks}; still {r.status} {waited} steps "
                                      "after submission" + (" (the engine not paused)" if cfg.pause != "off" else "")
                                      + (f", with {', '.join(others)} unfinished" if others else "")))
 
@@ -121,11 +124,8 @@ class PriorityWaiting(Check):
         running = set(view.worked) | {rid for rid, status in before.items() if status == RUNNING}
         loras = {view.requests[x].spec.lora for x in running} - {0}
 
-        def may_run(r: RequestView) -> bool:   # by its grammar, its KV load, its LoRA adapter and a pause
-            spec, ready = r.spec, r.spec.ready_at()
-            return (ready is not None and ready < run.t and (r.load is None or r.load.ended(run.t - 1))
-                    and (spec.lora in loras | {0} or len(loras) < cfg.max_loras)
-                    and not held_by_pause(r, cfg.paused(run.t - 1)))
+        def may_run(r: RequestView) -> bool:   # unblocked (its grammar, its KV load, a pause) and by its LoRA adapter
+            return unblocked(r, run.t - 1, cfg) and (r.spec.lora in loras | {0} or len(loras) < cfg.max_loras)
 
         waiting = [r for r in view.requests.values() if before.get(r.spec.rid) in (WAITING, PREEMPTED)
                    and r.status in (WAITING, PREEMPTED) and may_run(r)]

@@ -60,8 +60,8 @@ def held_at_most(requests: Iterable[RequestView], cfg: Config, released: Mapping
     in the step (finished or preempted; `released`, by the reach it had) may
     keep the pages under that reach and one position more (a decode the batch
     in flight runs for nothing) until that batch, which may still write them,
-    has come back. Each page `planes`
-    blocks, none shared; cache-only pages count as free."""
+    has come back. Each page `planes` blocks, none shared; cache-only pages
+    count as free."""
     most = 0
     for r in requests:
         loaded = r.load.end if r.load is not None else 0

@@ -31,11 +31,11 @@ class Pauses(Check):
     admitted, resumed or preempted, none starts a KV load, does work or
     publishes a page. While it is paused "new", the running requests go on
     (`quiet` steps in a row with requests running at their start in which
-    nothing is scheduled are a hold, as they would be a stall unpaused) and a request holding KV
-    blocks (its load started) may be admitted, but no other is admitted or
-    resumed and no KV load starts. (Arrivals, aborts and rejections
-    come as in any step, and under async scheduling the tokens of the batch
-    scheduled before.)"""
+    nothing is scheduled are a hold, as they would be a stall unpaused) and a
+    request holding KV blocks (its load started) may be admitted, but no other
+    is admitted or resumed and no KV load starts. (Arrivals, aborts and
+    rejections come as in any step, and under async scheduling the tokens of
+    the batch scheduled before.)"""
 
     props = ("pause",)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loopcheck.fuzz.shrink import shifted, with_request
-from loopcheck.fuzz.strategies import OFF, ON, VOCAB, Shape, most_drafts
+from loopcheck.fuzz.strategies import OFF, ON, VOCAB, Shape, async_drawable, most_drafts
 from loopcheck.model.config import PAUSES
 from loopcheck.model.errors import WorkloadError
 from loopcheck.model.events import Event, Preempt, Prefill
@@ -67,7 +67,7 @@ class Limits:
             return False
         if s.pause == OFF and cfg.pause != "off":
             return False
-        if cfg.async_scheduling and (s.async_scheduling == OFF or cfg.spec_tokens or cfg.pause == "all"):
+        if cfg.async_scheduling and (s.async_scheduling == OFF or not async_drawable(cfg.spec_tokens, cfg.pause)):
             return False
         if cfg.spec_tokens > most_drafts(cfg.max_positions, cfg.max_num_batched_tokens, cfg.prefill_chunk_size):
             return False

@@ -98,10 +98,10 @@ def candidates(w: Workload, lives: dict[str, int]) -> Iterator[Workload]:
         yield w.with_config(async_scheduling=False)
     if w.config.pause != "off":
         yield w.with_config(pause="off", pause_at=0, pause_steps=1)
-    if w.config.pause != "off" and w.config.pause_steps > 1:
-        yield w.with_config(pause_steps=w.config.pause_steps - 1)
-    if w.config.pause != "off" and w.config.pause_at:
-        yield w.with_config(pause_at=w.config.pause_at - 1)
+        if w.config.pause_steps > 1:
+            yield w.with_config(pause_steps=w.config.pause_steps - 1)
+        if w.config.pause_at:
+            yield w.with_config(pause_at=w.config.pause_at - 1)
 
 
 @dataclass

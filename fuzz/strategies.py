@@ -139,6 +139,13 @@ def request_sizes(block_size: int | None, max_prompt: int = 6, max_tokens: int =
     return dict(max_prompt=max_prompt * scale, max_tokens=max_tokens * scale, prefix_scale=scale)
 
 
+def async_drawable(spec_tokens: int, pause: str) -> bool:
+    """Whether fuzz may draw async scheduling beside these fields: not with
+    speculative decoding (the vLLM adapter does not run both) nor with a pause
+    of all (not judged: docs/semantics.md)."""
+    return not spec_tokens and pause != "all"
+
+
 def most_drafts(positions: int, budget: int, chunk: int) -> int:
     """The most draft tokens a step (at most 3) for which a verify step, its
     input and its drafts, fits a pool of `positions`, the token budget and a
@@ -197,8 +204,8 @@ def configs(draw: st.DrawFn, features: Collection[str] = (), **fixed: Any) -> Co
         values["pause"] = pick("pause", st.sampled_from(PAUSES))
         values["pause_at"] = pick("pause_at", st.integers(0, 7))
         values["pause_steps"] = pick("pause_steps", st.integers(1, 4))
-    if "async_scheduling" in features and not values.get("spec_tokens", fixed.get("spec_tokens")) and (
-            values.get("pause", fixed.get("pause")) != "all"):
+    if "async_scheduling" in features and async_drawable(fixed.get("spec_tokens", values.get("spec_tokens", 0)),
+                                                         fixed.get("pause", values.get("pause", "off"))):
         values["async_scheduling"] = pick("async_scheduling", st.booleans())
     return Config(**{**values, **fixed})
 
