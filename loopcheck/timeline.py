@@ -103,8 +103,10 @@ def marked(run: Timeline, steps: int) -> list[tuple[float, str, str]]:
             if e.kind in MARKS and e.rid in requests]
 
 
-def draw_cache(ax: object, pages: list[tuple[str, list[str | None]]]) -> None:
-    """The prefix cache's pages (`cache_rows`) as rows of the steps each was held."""
+def draw_cache(ax: object, pages: list[tuple[str, list[str | None]]]) -> list[object]:
+    """The prefix cache's pages (`cache_rows`) as rows of the steps each was
+    held; the legend's entries for them (one legend for the figure, so that
+    none overlaps another)."""
     from matplotlib.patches import Patch
 
     for k, (_, row) in enumerate(pages):
@@ -114,8 +116,7 @@ def draw_cache(ax: object, pages: list[tuple[str, list[str | None]]]) -> None:
     ax.set_yticks(range(len(pages)), [label for label, _ in reversed(pages)], fontsize=8)
     ax.set_ylim(-0.7, len(pages) - 0.3)
     ax.set_ylabel("prefix cache\n(pages held)")
-    ax.legend(handles=[Patch(color=CACHE_COLOURS[s], label=f"cached, {s}") for s in (COMPUTED, UNCOMPUTED)],
-              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    return [Patch(color=CACHE_COLOURS[s], label=f"cached, {s}") for s in (COMPUTED, UNCOMPUTED)]
 
 
 def check_matplotlib(flag: str) -> None:
@@ -154,8 +155,7 @@ def draw(run: Timeline, path: Path | str) -> None:
     fig, axes = plt.subplots(len(heights), 1, figsize=(width, 1.2 + 0.45 * sum(heights)), sharex=True,
                              gridspec_kw={"height_ratios": heights})
     top, bottom = axes[0], axes[-1]
-    if pages:
-        draw_cache(axes[1], pages)
+    cached = draw_cache(axes[1], pages) if pages else []
     for rid, row in rows.items():
         for t, status in enumerate(row[:steps]):
             if status is not None:
@@ -170,6 +170,8 @@ def draw(run: Timeline, path: Path | str) -> None:
                 top.plot(t, y[e.rid] - 0.12, marker="o", markersize=3, color="#238b45", linestyle="")
             elif e.kind == "finish":
                 top.plot(t, y[e.rid], marker="|", markersize=12, color="black", linestyle="")
+            elif e.kind == "load":
+                top.plot(t, y[e.rid] + 0.12, marker="v", markersize=4, color="#e7298a", linestyle="")
             elif isinstance(e, Preempt) and str(e.by) in y:
                 top.annotate("", xy=(t, y[e.rid]), xytext=(t, y[str(e.by)]),
                              arrowprops={"arrowstyle": "->", "color": "#cb181d", "lw": 1.2})
@@ -190,6 +192,10 @@ def draw(run: Timeline, path: Path | str) -> None:
         for ax in axes:
             ax.axvspan(start - 0.5, min(steps, start + length) - 0.5, color="#cb181d", alpha=0.12, linewidth=0)
             ax.axvspan(start + length - 0.5, steps - 0.5, color="#cb181d", alpha=0.05, linewidth=0)
+    paused = cfg.pause != "off" and cfg.pause_at < steps
+    if paused:
+        for ax in axes:
+            ax.axvspan(cfg.pause_at - 0.5, min(steps, cfg.pause_end) - 0.5, color="grey", alpha=0.2, linewidth=0)
     top.set_yticks([y[r.rid] for r in requests],
                    [f"{r.rid} (p{r.priority})" if cfg.priority_preemption else r.rid for r in requests])
     top.set_ylim(-0.7, len(requests) - 0.3)
@@ -200,6 +206,7 @@ def draw(run: Timeline, path: Path | str) -> None:
     legend += [plt.Line2D([], [], marker="s", color="#08519c", linestyle="", label="prefill"),
                plt.Line2D([], [], marker="o", color="#238b45", linestyle="", label="token"),
                plt.Line2D([], [], marker="|", color="black", linestyle="", markersize=10, label="finish"),
+               plt.Line2D([], [], marker="v", color="#e7298a", linestyle="", label="KV load starts"),
                plt.Line2D([], [], color="#cb181d", marker=">", label="preemption: requester -> victim")]
     legend += [plt.Line2D([], [], linestyle="", label=label, **MARKS[kind][1]) for kind, label in
                (("preempt", "preempted"), ("resume", "resumed"))]
@@ -207,9 +214,12 @@ def draw(run: Timeline, path: Path | str) -> None:
         legend.append(plt.Line2D([], [], color="#cb181d", linestyle="--", label="the violation's step"))
     if run.cycle:
         legend.append(Patch(color="#cb181d", alpha=0.25, label=f"cycle (period {run.cycle['length']})"))
+    if paused:
+        legend.append(Patch(color="grey", alpha=0.2, label=f"engine paused ({cfg.pause})"))
+    legend += cached
     top.legend(handles=legend, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     cut = f" (first {steps} of {len(run.events)} steps)" if steps < len(run.events) else ""
     top.set_title("\n".join(textwrap.wrap(f"{run.headline}{cut}", 90)), fontsize=10, loc="left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")   # (the legend hangs outside the axes)
     plt.close(fig)
